@@ -1,0 +1,82 @@
+// The Hono app, runtime-neutral: Node (local/start.ts) and Deno (supabase/functions/api)
+// both serve `createApp(deps).fetch`. No Node-only or Deno-only import below this folder.
+import { OpenAPIHono } from '@hono/zod-openapi'
+import { Scalar } from '@scalar/hono-api-reference'
+import type { AppDeps, AppEnv } from './lib/context.ts'
+import { credentials } from './lib/auth.ts'
+import { errorResponse } from './lib/errors.ts'
+import { users } from './users/users.ts'
+import { projects } from './projects/projects.ts'
+
+export type { AppDeps } from './lib/context.ts'
+
+export const API_VERSION = '1.4.0'
+
+export interface AppOptions {
+  /** Prefix the platform puts before /v1: `/api` for the Supabase Edge Function. */
+  basePath?: string
+}
+
+/**
+ * The path Hono routes on: without the platform prefix, and without a trailing `.json`
+ * (clients that ask for /v1/users/me.json get /v1/users/me), except the OpenAPI document.
+ */
+export function routingPath(pathname: string, basePath = ''): string {
+  let path = pathname
+  if (basePath && (path === basePath || path.startsWith(basePath + '/'))) path = path.slice(basePath.length) || '/'
+  if (path.endsWith('.json') && path !== '/v1/openapi.json') path = path.slice(0, -'.json'.length)
+  return path
+}
+
+function patternOf(honoPath: string): RegExp {
+  const source = honoPath.replace(/[.+?^${}()|[\]\\]/g, '\\$&').replace(/:[A-Za-z_]+/g, '[^/]+').replace(/\*/g, '.*')
+  return new RegExp(`^${source}$`)
+}
+
+export function createApp(deps: AppDeps, options: AppOptions = {}) {
+  const basePath = options.basePath ?? ''
+  const app = new OpenAPIHono<AppEnv>({
+    getPath: (req) => routingPath(new URL(req.url).pathname, basePath),
+  })
+
+  app.use('*', async (c, next) => {
+    c.set('deps', deps)
+    await next()
+  })
+  app.use('/v1/*', credentials)
+
+  app.route('/', users)
+  app.route('/', projects)
+
+  app.doc31('/v1/openapi.json', {
+    openapi: '3.1.0',
+    info: {
+      title: 'Todo-Sharing Service API',
+      version: API_VERSION,
+      description: 'Completed todos, projects, comments, reactions, following, webhooks, notifications and direct messages.',
+    },
+    servers: [{ url: deps.publicUrl + basePath }],
+  })
+  app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', {
+    type: 'http',
+    scheme: 'bearer',
+    description: 'An API key (svc_sk_…) or an OAuth 2.0 access token.',
+  })
+  app.get('/docs', Scalar({ url: basePath + '/v1/openapi.json', pageTitle: 'Todo-Sharing Service API' }))
+
+  // Unknown routes are 404 and known paths with another method 405, both as JSON.
+  const patterns = () => app.routes.filter((r) => r.method !== 'ALL').map((r) => ({ method: r.method, pattern: patternOf(r.path) }))
+  let known: ReturnType<typeof patterns> | null = null
+  app.notFound((c) => {
+    known ??= patterns()
+    const path = routingPath(new URL(c.req.url).pathname, basePath)
+    const allowed = [...new Set(known.filter((r) => r.pattern.test(path)).map((r) => r.method))]
+    if (allowed.length > 0) {
+      return c.json({ error: `Method ${c.req.method} is not allowed here; use ${allowed.join(', ')}.` }, 405, { Allow: allowed.join(', ') })
+    }
+    return c.json({ error: `No route matches ${c.req.method} ${path}.` }, 404)
+  })
+  app.onError((err, c) => errorResponse(err, c, deps.upgradeUrl))
+
+  return app
+}

@@ -1,0 +1,29 @@
+// Reads the credential of a request (SPEC section 5). Nothing here touches the database:
+// whether a key exists, a token was revoked or a subscription lapsed is decided in the same
+// SQL statement as the endpoint (app.authenticate).
+import type { MiddlewareHandler } from 'hono'
+import type { Credential } from './db.ts'
+import type { AppEnv } from './context.ts'
+import { API_KEY_PREFIX, sha256Hex, verifyAccessToken } from './tokens.ts'
+
+/** The query parameter wins over the header when both are sent (SPEC rule 2). */
+function presentedSecret(url: URL, authorization: string | undefined): string | null {
+  const fromQuery = url.searchParams.get('api_key')
+  if (fromQuery) return fromQuery
+  const match = authorization?.match(/^Bearer\s+(\S+)\s*$/i)
+  return match?.[1] ?? null
+}
+
+export async function readCredential(secret: string | null, jwtSecret: string): Promise<Credential | null> {
+  if (!secret) return null
+  if (secret.startsWith(API_KEY_PREFIX)) return { kind: 'api_key', key_hash: await sha256Hex(secret) }
+  const claims = await verifyAccessToken(jwtSecret, secret)
+  // A forged or expired token is as good as none: the endpoint answers 403.
+  return claims ? { kind: 'oauth', sub: claims.sub, jti: claims.jti } : null
+}
+
+export const credentials: MiddlewareHandler<AppEnv> = async (c, next) => {
+  const secret = presentedSecret(new URL(c.req.url), c.req.header('authorization'))
+  c.set('credential', await readCredential(secret, c.var.deps.jwtSecret))
+  await next()
+}

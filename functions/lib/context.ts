@@ -1,0 +1,24 @@
+// What every handler has: the dependencies of the app and the request's credential.
+import type { Context } from 'hono'
+import type { Sql } from 'postgres'
+import type { Credential } from './db.ts'
+
+export interface AppDeps {
+  /** postgres.js client; on Supabase, created once at module scope with prepare: false. */
+  sql: Sql
+  /** {base_url} of url fields and signed upload URLs. */
+  publicUrl: string
+  /** Signs and verifies OAuth access tokens (HS256). */
+  jwtSecret: string
+  /** Where a lapsed subscription is sent (401 upgrade_url). */
+  upgradeUrl: string
+}
+
+export interface AppEnv {
+  Variables: {
+    deps: AppDeps
+    credential: Credential | null
+  }
+}
+
+export type AppContext = Context<AppEnv>

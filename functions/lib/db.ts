@@ -1,0 +1,59 @@
+// The one SQL call a request makes.
+//
+// A request is a single statement, so it is one round trip and its own transaction:
+//   1. `auth`  resolves the credential (app.authenticate, security definer): unknown key,
+//      revoked token → 403; lapsed subscription → 401; credential not allowed → 403.
+//   2. `ctx`   switches to role `authenticated` and sets `request.jwt.claims`, exactly as
+//      PostgREST and Supabase Realtime do, so auth.uid() and every RLS policy apply.
+//   3. the endpoint's api function runs and returns the response body as JSON text.
+// Both CTEs are materialized, so they run before the outer target list calls the function.
+// api functions are never inlinable (plpgsql, or `set search_path`), so their queries are
+// planned after the role switch, under RLS.
+import type { Sql } from 'postgres'
+
+/** What a route needs the credential to allow (see app.authenticate). */
+export type Access = 'read' | 'write' | 'search' | 'notifications' | 'devices' | 'chat'
+
+/** A credential as the HTTP layer hands it to the database. */
+export type Credential =
+  | { kind: 'api_key'; key_hash: string }
+  | { kind: 'oauth'; sub: string; jti: string }
+
+export interface CallContext {
+  credential: Credential
+  access: Access
+  publicUrl: string
+}
+
+const FIXED_PARAMS = 3
+const statements = new Map<string, string>()
+
+/** The statement text for an api function with `argc` arguments, built once and prepared. */
+function statementFor(fn: string, argc: number): string {
+  const key = `${fn}/${argc}`
+  let text = statements.get(key)
+  if (!text) {
+    if (!/^api\.[a-z_]+$/.test(fn)) throw new Error(`not an api function: ${fn}`)
+    const args = Array.from({ length: argc }, (_, i) => `$${i + 1 + FIXED_PARAMS}`).join(', ')
+    text = `with auth as materialized (
+  select app.authenticate($1::jsonb, $2::text) as claims
+), ctx as materialized (
+  select set_config('role', 'authenticated', true) as role,
+         set_config('request.jwt.claims', auth.claims::text, true) as claims,
+         set_config('app.public_url', $3::text, true) as public_url
+  from auth
+)
+select ${fn}(${args})::text as body from ctx`
+    statements.set(key, text)
+  }
+  return text
+}
+
+/** Runs one api function for one request; resolves to the JSON text it returned (or null). */
+export async function callApi(sql: Sql, context: CallContext, fn: string, args: unknown[]): Promise<string | null> {
+  // jsonb parameters take JS objects: postgres.js serializes by the type the server describes.
+  const params = [context.credential, context.access, context.publicUrl, ...args]
+  // postgres.js sends JS strings and numbers as "unknown", so the function signature types them.
+  const rows = await sql.unsafe(statementFor(fn, args.length), params as never[], { prepare: true })
+  return (rows[0]?.body as string | null | undefined) ?? null
+}

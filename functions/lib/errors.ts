@@ -1,0 +1,91 @@
+// Every error leaves the API as {"error": "sentence"} with the right status: this module is
+// the one place that maps database errors, validation failures and HTTP exceptions.
+import type { Context } from 'hono'
+import { HTTPException } from 'hono/http-exception'
+
+/** An error raised on the HTTP side, before or instead of a SQL call. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly extra: Record<string, unknown> = {},
+  ) {
+    super(message)
+  }
+}
+
+interface PostgresLikeError {
+  code?: string
+  message: string
+  detail?: string
+}
+
+function isPostgresError(err: unknown): err is PostgresLikeError {
+  return typeof err === 'object' && err !== null && typeof (err as { code?: unknown }).code === 'string'
+    && (err as { name?: string }).name === 'PostgresError'
+}
+
+/** SQLSTATEs that come from bad input rather than from a bug, and how to answer them. */
+const SQLSTATE_STATUS: Record<string, [number, string]> = {
+  '22P02': [422, 'A value has the wrong format.'],
+  '22001': [422, 'A value is too long.'],
+  '22003': [422, 'A number is out of range.'],
+  '22007': [422, 'A date or time has the wrong format.'],
+  '22008': [422, 'A date or time is out of range.'],
+  '23502': [422, 'A required value is missing.'],
+  '23503': [422, 'A referenced record does not exist.'],
+  '23505': [409, 'This record already exists.'],
+  '23514': [422, 'A value is not allowed.'],
+  '42501': [403, 'You are not allowed to do this.'],
+  '57014': [503, 'The request took too long; try again.'],
+  '40001': [503, 'The request conflicted with another; try again.'],
+  '40P01': [503, 'The request conflicted with another; try again.'],
+}
+
+export interface ErrorBody {
+  status: number
+  body: Record<string, unknown>
+  headers: Record<string, string>
+}
+
+/** Maps any thrown value to status, body and headers. Unknown errors become a plain 500. */
+export function describeError(err: unknown, upgradeUrl: string): ErrorBody {
+  const headers: Record<string, string> = {}
+  let status = 500
+  let body: Record<string, unknown> = { error: 'Something went wrong on our side.' }
+
+  if (err instanceof ApiError) {
+    status = err.status
+    body = { error: err.message, ...err.extra }
+  } else if (err instanceof HTTPException) {
+    status = err.status
+    body = { error: err.message || 'The request could not be read.' }
+  } else if (isPostgresError(err)) {
+    const code = err.code ?? ''
+    if (/^PT\d{3}$/.test(code)) {
+      status = Number(code.slice(2))
+      body = { error: err.message }
+      if (err.detail) {
+        try {
+          const extra = JSON.parse(err.detail) as Record<string, unknown>
+          if (typeof extra.retry_after === 'number') headers['Retry-After'] = String(extra.retry_after)
+          body = { ...body, ...extra }
+        } catch {
+          // detail is not JSON: keep the message only
+        }
+      }
+    } else if (SQLSTATE_STATUS[code]) {
+      ;[status, body.error] = SQLSTATE_STATUS[code] as [number, string]
+    }
+  }
+  if (status === 401) body.upgrade_url = upgradeUrl
+  if (status === 429 && !headers['Retry-After']) headers['Retry-After'] = '60'
+  return { status, body, headers }
+}
+
+/** The Hono error handler: logs what is ours to fix, answers JSON always. */
+export function errorResponse(err: unknown, c: Context, upgradeUrl: string): Response {
+  const { status, body, headers } = describeError(err, upgradeUrl)
+  if (status >= 500) console.error(err)
+  return c.json(body, status as 500, headers)
+}

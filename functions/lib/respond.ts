@@ -1,0 +1,30 @@
+// From a validated request to the response: one api function call, its JSON text passed
+// through untouched (no parse and re-serialize on the hot path).
+import type { Access } from './db.ts'
+import { callApi } from './db.ts'
+import type { AppContext } from './context.ts'
+import { ApiError } from './errors.ts'
+
+export interface RespondOptions {
+  /** Defaults to read for GET, write otherwise. */
+  access?: Access
+  /** Success status; 204 sends no body. */
+  status?: 200 | 201 | 204
+}
+
+/**
+ * The result is typed `any` on purpose: the body is JSON text built by SQL, not a typed
+ * object, so the route's zod response schema is enforced by the contract tests (which
+ * parse every response with it) rather than by the compiler.
+ */
+// biome-ignore lint/suspicious/noExplicitAny: see above
+export async function respond(c: AppContext, fn: string, args: unknown[], options: RespondOptions = {}): Promise<any> {
+  const credential = c.var.credential
+  if (!credential) throw new ApiError(403, 'Authentication required: send an API key or an OAuth access token.')
+  const access = options.access ?? (c.req.method === 'GET' ? 'read' : 'write')
+  const { sql, publicUrl } = c.var.deps
+  const body = await callApi(sql, { credential, access, publicUrl }, fn, args)
+  const status = options.status ?? 200
+  if (status === 204) return c.body(null, 204)
+  return c.body(body ?? 'null', status, { 'content-type': 'application/json; charset=UTF-8' })
+}

