@@ -1,0 +1,37 @@
+// The Supabase Edge Function: the same Hono app as local/start.ts, served by Deno under
+// /functions/v1/api (the platform hands the function paths that start with /api).
+import { createApp } from '../../../functions/app.ts'
+import { createSql } from '../../../functions/lib/sql.ts'
+
+function env(name: string): string | undefined {
+  const value = Deno.env.get(name)
+  return value === undefined || value === '' ? undefined : value
+}
+
+function required(value: string | undefined, message: string): string {
+  if (value === undefined) throw new Error(message)
+  return value
+}
+
+const databaseUrl = required(
+  env('SUPABASE_DB_URL') ?? env('DATABASE_URL'),
+  'api: set SUPABASE_DB_URL (provided on Supabase) or DATABASE_URL to the PostgreSQL connection string.',
+)
+const jwtSecret = required(env('JWT_SECRET'), 'api: set JWT_SECRET (supabase secrets set JWT_SECRET=...) to sign OAuth access tokens.')
+const supabaseUrl = env('SUPABASE_URL')
+const publicUrl = required(
+  env('PUBLIC_URL') ?? (supabaseUrl ? `${supabaseUrl.replace(/\/+$/, '')}/functions/v1/api` : undefined),
+  'api: set PUBLIC_URL (or SUPABASE_URL) to the public base URL of the API.',
+).replace(/\/+$/, '')
+const upgradeUrl = env('UPGRADE_URL') ?? `${publicUrl}/upgrade`
+
+// Once per isolate. Supabase's transaction pooler (port 6543) cannot keep prepared statements.
+const prepare = new URL(databaseUrl).port !== '6543'
+const sql = createSql(databaseUrl, { max: 5, prepare })
+
+const app = createApp({ sql, publicUrl, jwtSecret, upgradeUrl }, { basePath: '/api' })
+
+// PORT only for running it by hand or in test/deno.test.ts; the platform picks its own.
+const port = env('PORT')
+if (port) Deno.serve({ port: Number(port), hostname: '127.0.0.1' }, app.fetch)
+else Deno.serve(app.fetch)

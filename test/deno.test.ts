@@ -1,0 +1,199 @@
+// The Supabase Edge Function (supabase/functions/api) on Deno: the same app as on Node,
+// served under /api. Each answer must equal the Node world's for the path without /api.
+// The first run downloads the npm packages into Deno's cache (DENO_DIR), hence the timeouts.
+import { type ChildProcess, execFile, spawn } from 'node:child_process'
+import { mkdtemp, rm, stat } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
+import { promisify } from 'node:util'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { JWT_SECRET, type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+import { freePort } from './support/net.ts'
+
+const ROOT = resolve(import.meta.dirname, '..')
+const DENO = join(ROOT, 'node_modules', '.bin', 'deno')
+const FUNCTION_DIR = join(ROOT, 'supabase', 'functions', 'api')
+const ENTRY = join(FUNCTION_DIR, 'index.ts')
+const CONFIG = join(FUNCTION_DIR, 'deno.json')
+const STARTUP_MS = 120_000
+
+interface Answer {
+  status: number
+  body: unknown
+}
+
+interface DenoServer {
+  url: string
+  output: () => string
+  stop: () => Promise<void>
+}
+
+let world: TestWorld
+let alice: CreatedUser
+let bob: CreatedUser
+const servers: DenoServer[] = []
+const tempDirs: string[] = []
+
+/** What the function reads on Supabase, pointed at this world's database. */
+function functionEnv(port: number): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env }
+  for (const name of ['SUPABASE_DB_URL', 'SUPABASE_URL', 'PUBLIC_URL', 'UPGRADE_URL']) delete env[name]
+  return {
+    ...env,
+    NO_COLOR: '1',
+    DATABASE_URL: world.databaseUrl,
+    JWT_SECRET,
+    // The Node world's deps, so that url fields and upgrade_url compare equal.
+    PUBLIC_URL: 'http://api.test',
+    UPGRADE_URL: 'https://todo.test/upgrade',
+    PORT: String(port),
+  }
+}
+
+/** Runs `deno run ...args` and resolves once it answers HTTP on its port. */
+async function startDeno(args: string[], cwd: string): Promise<DenoServer> {
+  const port = await freePort()
+  const url = `http://127.0.0.1:${port}`
+  let log = ''
+  const child: ChildProcess = spawn(DENO, ['run', ...args], { cwd, env: functionEnv(port), stdio: ['ignore', 'pipe', 'pipe'] })
+  const collect = (chunk: Buffer) => {
+    log = (log + chunk.toString()).slice(-20_000)
+  }
+  child.stdout?.on('data', collect)
+  child.stderr?.on('data', collect)
+  const exited = new Promise<void>((done) => child.once('exit', () => done()))
+  let gone = false
+  void exited.then(() => (gone = true))
+
+  const server: DenoServer = {
+    url,
+    output: () => log,
+    async stop() {
+      if (gone) return
+      child.kill('SIGTERM')
+      const timer = setTimeout(() => child.kill('SIGKILL'), 5_000)
+      await exited
+      clearTimeout(timer)
+    },
+  }
+  servers.push(server)
+
+  const deadline = Date.now() + STARTUP_MS
+  while (Date.now() < deadline) {
+    if (gone) throw new Error(`deno exited before answering (code ${child.exitCode}):\n${log}`)
+    try {
+      await fetch(`${url}/api/v1/openapi.json`, { signal: AbortSignal.timeout(2_000) })
+      return server
+    } catch {
+      await new Promise((r) => setTimeout(r, 200))
+    }
+  }
+  await server.stop()
+  throw new Error(`deno did not answer on ${url} within ${STARTUP_MS} ms:\n${log}`)
+}
+
+async function ask(url: string, auth?: string): Promise<Answer> {
+  const response = await fetch(url, { headers: auth ? { authorization: `Bearer ${auth}` } : {} })
+  const text = await response.text()
+  let body: unknown = text
+  try {
+    body = JSON.parse(text)
+  } catch {}
+  return { status: response.status, body }
+}
+
+/** The Deno answer for /api + path, and the Node world's for path. */
+async function both(server: DenoServer, path: string, auth?: string): Promise<{ deno: Answer; node: Answer }> {
+  const node = await world.get(path, { auth })
+  return { deno: await ask(`${server.url}/api${path}`, auth), node: { status: node.status, body: node.body } }
+}
+
+beforeAll(async () => {
+  world = await startWorld()
+  alice = await world.createUser('alice')
+  bob = await world.createUser('bob')
+  await world.admin('create-project', '--owner', 'alice', '--name', 'Edge launch', '--makers', 'bob')
+}, STARTUP_MS + 60_000)
+
+afterAll(async () => {
+  await Promise.all(servers.map((s) => s.stop()))
+  await Promise.all(tempDirs.map((d) => rm(d, { recursive: true, force: true })))
+  await world?.close()
+})
+
+describe('supabase/functions/api on Deno', () => {
+  let server: DenoServer
+
+  beforeAll(async () => {
+    server = await startDeno(
+      ['--check', '--allow-net', '--allow-env', '--node-modules-dir=none', '--config', CONFIG, ENTRY],
+      ROOT,
+    )
+  }, STARTUP_MS + 60_000)
+
+  it.each([
+    ['GET /v1/users/me', '/v1/users/me', 'alice', 200],
+    ['GET /v1/users/{username}', '/v1/users/bob', 'alice', 200],
+    ['GET /v1/users/{username}/projects', '/v1/users/alice/projects', 'bob', 200],
+    ['GET /v1/projects', '/v1/projects', 'alice', 200],
+    ['a .json suffix', '/v1/users/me.json', 'bob', 200],
+    ['an unknown route', '/v1/nothing-here', 'alice', 404],
+    ['no credential', '/v1/users/me', null, 403],
+    ['an unknown key', '/v1/users/me', 'svc_sk_not-a-real-key', 403],
+  ] as const)('%s answers as on Node', async (_name, path, who, status) => {
+    const auth = who === 'alice' ? alice.api_key : who === 'bob' ? bob.api_key : (who ?? undefined)
+    const { deno, node } = await both(server, path, auth)
+    expect(node.status).toBe(status)
+    expect(deno).toEqual(node)
+  })
+
+  it('a project read by id answers as on Node', async () => {
+    const list = await world.get('/v1/projects', { auth: alice.api_key })
+    const id = JSON.stringify(list.body).match(/proj_[0-9a-f]{32}/)?.[0]
+    expect(id).toBeDefined()
+    const { deno, node } = await both(server, `/v1/projects/${id}`, alice.api_key)
+    expect(node.status).toBe(200)
+    expect(deno).toEqual(node)
+  })
+
+  it('the 404 names the path without the /api prefix', async () => {
+    const res = await ask(`${server.url}/api/v1/nothing-here`, alice.api_key)
+    expect(res).toEqual({ status: 404, body: { error: 'No route matches GET /v1/nothing-here.' } })
+  })
+
+  it('the OpenAPI document names the /api server, and /api/docs is served', async () => {
+    const doc = await ask(`${server.url}/api/v1/openapi.json`)
+    expect(doc.status).toBe(200)
+    expect((doc.body as { servers: unknown }).servers).toEqual([{ url: 'http://api.test/api' }])
+    const docs = await fetch(`${server.url}/api/docs`)
+    expect(docs.status).toBe(200)
+    expect(await docs.text()).toContain('/api/v1/openapi.json')
+  })
+})
+
+describe('the deploy bundle (deno bundle)', () => {
+  it(
+    'bundles into one file that serves the same answers',
+    async () => {
+      const dir = await mkdtemp(join(tmpdir(), 'todo-deno-bundle-'))
+      tempDirs.push(dir)
+      const out = join(dir, 'api.js')
+      await promisify(execFile)(DENO, ['bundle', '--quiet', '--node-modules-dir=none', '--config', CONFIG, '-o', out, ENTRY], {
+        cwd: ROOT,
+        env: { ...process.env, NO_COLOR: '1' },
+        timeout: STARTUP_MS,
+      })
+      expect((await stat(out)).size).toBeGreaterThan(10_000)
+
+      // Run from the temp dir with no config: the bundle needs nothing but itself.
+      const bundled = await startDeno(['--no-config', '--allow-net', '--allow-env', out], dir)
+      const { deno, node } = await both(bundled, '/v1/users/me', alice.api_key)
+      expect(node.status).toBe(200)
+      expect(deno).toEqual(node)
+      const anonymous = await both(bundled, '/v1/users/me')
+      expect(anonymous.deno).toEqual(anonymous.node)
+      expect(anonymous.deno.status).toBe(403)
+    },
+    STARTUP_MS * 2,
+  )
+})
