@@ -3,7 +3,7 @@
 // test suites use these. Each command returns the one JSON object the CLI prints.
 import { parseArgs } from 'node:util'
 import type { Sql } from 'postgres'
-import { newApiKey, randomToken, sha256Hex, signAccessToken } from '../functions/lib/tokens.ts'
+import { newApiKey, randomToken, sha256Hex, signAccessToken, toHex } from '../functions/lib/tokens.ts'
 
 export interface AdminContext {
   sql: Sql
@@ -152,7 +152,8 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
   'create-oauth-client': {
     options: { name: { type: 'string' }, 'first-party': { type: 'boolean' }, chat: { type: 'boolean' }, 'redirect-uri': { type: 'string' } },
     run: async (ctx, o) => {
-      const clientId = randomToken(16)
+      // Hex, not base64url: an id that starts with '-' would read as an option on the command line.
+      const clientId = toHex(crypto.getRandomValues(new Uint8Array(16)))
       const clientSecret = randomToken(32)
       const redirect = optional(o, 'redirect-uri')
       await ctx.sql`insert into app.oauth_clients (client_id, secret_hash, name, first_party, chat_enabled, redirect_uris)
