@@ -7,6 +7,8 @@ import { credentials } from './lib/auth.ts'
 import { errorResponse } from './lib/errors.ts'
 import { users } from './users/users.ts'
 import { projects } from './projects/projects.ts'
+import { search } from './search/search.ts'
+import { todos } from './todos/todos.ts'
 
 export type { AppDeps } from './lib/context.ts'
 
@@ -47,6 +49,8 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
 
   app.route('/', users)
   app.route('/', projects)
+  app.route('/', todos)
+  app.route('/', search)
 
   app.doc31('/v1/openapi.json', {
     openapi: '3.1.0',

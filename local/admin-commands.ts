@@ -186,6 +186,33 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
     },
   },
 
+  'create-todo': {
+    options: { user: { type: 'string' }, body: { type: 'string' }, 'created-at': { type: 'string' } },
+    run: async (ctx, o) => {
+      const user = await findUser(ctx.sql, required(o, 'user'))
+      const createdAt = optional(o, 'created-at')
+      if (createdAt !== null && Number.isNaN(Date.parse(createdAt))) throw new AdminError('--created-at must be an ISO 8601 date-time')
+      // Inserted as the operator (created_at is not a member-writable column), so the
+      // triggers file mentions, counters and the streak exactly as for a todo posted now.
+      const [todo] = await ctx.sql<{ id: string }[]>`
+        insert into app.todos (user_id, body, created_at, updated_at)
+        values (${user.id}, ${required(o, 'body')}, coalesce(${createdAt}::timestamptz, now()), coalesce(${createdAt}::timestamptz, now()))
+        returning id`.catch(friendly)
+      return (await renderAs(ctx, user.id, 'api.todo_get', [`todo_${todo!.id.replace(/-/g, '')}`, false])) as object
+    },
+  },
+
+  'freeze-streak': {
+    options: { user: { type: 'string' }, date: { type: 'string' } },
+    run: async (ctx, o) => {
+      const user = await findUser(ctx.sql, required(o, 'user'))
+      const date = required(o, 'date')
+      if (!/^\d{4}-\d{2}-\d{2}$/.test(date) || Number.isNaN(Date.parse(`${date}T00:00:00Z`))) throw new AdminError('--date must be YYYY-MM-DD')
+      await ctx.sql`insert into app.streak_freezes (user_id, day) values (${user.id}, ${date}) on conflict do nothing`
+      return { user: user.username, date }
+    },
+  },
+
   'revoke-token': {
     options: { jti: { type: 'string' }, token: { type: 'string' } },
     run: async (ctx, o) => {

@@ -33,9 +33,10 @@ describe('operator CLI', () => {
   it('create-key, set-subscription, create-project, create-oauth-client, issue-token', async () => {
     await world.createUser('rita')
     await world.createUser('stan')
-    const [key, sub, project, client] = await Promise.all([
+    // Stan's subscription changes first: the project below renders him as a maker.
+    const sub = await runCli(['set-subscription', '--user', 'stan', '--active', 'false'], env)
+    const [key, project, client] = await Promise.all([
       runCli(['create-key', '--user', 'rita', '--read-only'], env),
-      runCli(['set-subscription', '--user', 'stan', '--active', 'false'], env),
       runCli(['create-project', '--owner', 'rita', '--name', 'Rocket', '--slug', 'rocket', '--hashtag', 'rocket', '--privacy', 'protected', '--makers', 'stan', '--github-url', 'https://github.com/r/rocket'], env),
       runCli(['create-oauth-client', '--name', 'Mobile', '--first-party', '--chat', '--redirect-uri', 'app://cb'], env),
     ])

@@ -4,6 +4,7 @@
 import type { MiddlewareHandler } from 'hono'
 import type { Credential } from './db.ts'
 import type { AppEnv } from './context.ts'
+import { ApiError } from './errors.ts'
 import { API_KEY_PREFIX, sha256Hex, verifyAccessToken } from './tokens.ts'
 
 /** The query parameter wins over the header when both are sent (SPEC rule 2). */
@@ -22,8 +23,20 @@ export async function readCredential(secret: string | null, jwtSecret: string): 
   return claims ? { kind: 'oauth', sub: claims.sub, jti: claims.jti } : null
 }
 
+/** Paths under /v1 that need no credential. */
+const PUBLIC_PATHS = new Set(['/v1/openapi.json'])
+
+/**
+ * Reads the credential and refuses a request without a usable one (403) before anything else
+ * looks at it, so a stranger learns nothing from validation errors. Whether a key exists and
+ * what it may do is decided in SQL, in the request's one statement.
+ */
 export const credentials: MiddlewareHandler<AppEnv> = async (c, next) => {
-  const secret = presentedSecret(new URL(c.req.url), c.req.header('authorization'))
-  c.set('credential', await readCredential(secret, c.var.deps.jwtSecret))
+  const url = new URL(c.req.url)
+  const credential = await readCredential(presentedSecret(url, c.req.header('authorization')), c.var.deps.jwtSecret)
+  if (!credential && !PUBLIC_PATHS.has(c.req.path)) {
+    throw new ApiError(403, 'Authentication required: send an API key or an OAuth access token.')
+  }
+  c.set('credential', credential)
   await next()
 }

@@ -60,6 +60,10 @@ export function describeError(err: unknown, upgradeUrl: string): ErrorBody {
   if (err instanceof ApiError) {
     status = err.status
     body = { error: err.message, ...err.extra }
+  } else if (err instanceof HTTPException && err.status === 415) {
+    // SPEC answers bad input with 422; a body in a format the route does not take is that.
+    status = 422
+    body = { error: 'The request body must be JSON (Content-Type: application/json); POST /v1/todos also takes a form.' }
   } else if (err instanceof HTTPException) {
     status = err.status
     body = { error: err.message || 'The request could not be read.' }

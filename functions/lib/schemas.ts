@@ -119,3 +119,81 @@ export function errors(...statuses: number[]) {
 export function jsonContent<T extends z.ZodTypeAny>(schema: T, description: string) {
   return { description, content: { 'application/json': { schema } } }
 }
+
+export const MentionedProjectSchema = z
+  .object({
+    id: z.string(),
+    slug: z.string().nullable(),
+    name: z.string(),
+    hashtag: z.string().nullable(),
+    url: z.string(),
+    logo: ImageSetSchema,
+  })
+  .openapi('MentionedProject')
+
+export const MentionedUserSchema = z
+  .object({
+    id: z.string(),
+    username: z.string(),
+    first_name: z.string().nullable(),
+    last_name: z.string().nullable(),
+    url: z.string(),
+    avatar: ImageSetSchema,
+  })
+  .openapi('MentionedUser')
+
+export const AttachmentSchema = z
+  .object({
+    id: z.string(),
+    created_at: z.string().datetime({ offset: true }),
+    updated_at: z.string().datetime({ offset: true }),
+    url: z.string(),
+    mime_type: z.string(),
+    filename: z.string(),
+    width: z.number().int().nullable(),
+    height: z.number().int().nullable(),
+    aspect_ratio: z.number().nullable(),
+  })
+  .openapi('Attachment')
+
+export const ReactionSchema = z
+  .object({
+    id: z.string().openapi({ example: 'reac_3c1d0e2f4a5b6c7d8e9f0a1b2c3d4e5f' }),
+    created_at: z.string().datetime({ offset: true }),
+    reactable_type: z.enum(['Todo', 'Comment']),
+    reactable_id: z.string(),
+    reactor: UserSchema,
+  })
+  .openapi('Reaction')
+
+const IdOnly = z.object({ id: z.string() })
+
+export const TodoSchema = z
+  .object({
+    id: z.string().openapi({ example: 'todo_8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d' }),
+    created_at: z.string().datetime({ offset: true }),
+    updated_at: z.string().datetime({ offset: true }),
+    body: z.string(),
+    url: z.string(),
+    attachments: z.array(AttachmentSchema),
+    creator: UserSchema,
+    creator_id: z.string().openapi({ deprecated: true, description: 'Use creator.id.' }),
+    user_id: z.string().optional().openapi({ deprecated: true, description: 'Use creator.id.' }),
+    projects: z.array(ProjectSchema).max(1),
+    mentioned_projects: z.array(MentionedProjectSchema),
+    mentioned_users: z.array(MentionedUserSchema),
+    reactions_count: z.number().int(),
+    reactions: z.array(ReactionSchema).max(5).optional().openapi({ description: 'Only with expand=reactions: the five newest, newest first.' }),
+    comments_count: z.number().int(),
+    viewer: z.object({ reactions: z.array(IdOnly), comments: z.array(IdOnly) }),
+  })
+  .openapi('Todo')
+
+/** Query parameters of every todo list (SPEC "Todo filter parameters" and "Expansion"). */
+export const TodoListQuery = PaginationQuery.extend({
+  since: z.string().optional().openapi({ description: 'Created at or after: Unix seconds or milliseconds, YYYY, YYYY-MM, YYYY-MM-DD or ISO 8601. Dates and times without a zone are in your time zone.' }),
+  until: z.string().optional().openapi({ description: 'Created up to: same forms as since; a date or period includes all of it.' }),
+  query: z.string().optional().openapi({ description: 'Full text: every word a prefix match, -word excludes.', example: 'feature -bug' }),
+  expand: z.union([z.string(), z.array(z.string())]).optional().openapi({ description: 'Only `reactions`. Comma-separated or repeated; `expand[]` is accepted too.' }),
+  'expand[]': z.union([z.string(), z.array(z.string())]).optional(),
+})

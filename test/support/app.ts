@@ -40,7 +40,8 @@ export async function startWorld() {
   const admin = createSql(serverUrl, { max: 1 })
   await admin.unsafe(`create database ${name} template ${inject('templateDatabase')}`)
   const url = databaseUrl(serverUrl, name)
-  const sql = createSql(url, { max: 8 })
+  const statements: string[] = []
+  const sql = createSql(url, { max: 8, onQuery: (statement) => statements.push(statement) })
 
   let server: ServerType | null = null
   const baseUrl = await new Promise<string>((resolve) => {
@@ -72,6 +73,8 @@ export async function startWorld() {
   return {
     baseUrl,
     databaseUrl: url,
+    /** Every statement the app's pool sent, in order (for round-trip counts). */
+    statements,
     sql,
     request,
     get: <T = any>(path: string, options?: RequestOptions) => request<T>('GET', path, options),

@@ -1,0 +1,47 @@
+// Todos: post, read, edit, delete, preview a deletion, and every list of todos.
+import { ApiError } from '../lib/errors.ts'
+import { expandsReactions, todoFilters } from '../lib/filters.ts'
+import { createRouter, describeIssue } from '../lib/router.ts'
+import { respond } from '../lib/respond.ts'
+import { pageArgs } from '../lib/schemas.ts'
+import * as routes from './todos.routes.ts'
+
+/** The todo to create, from JSON or from a form (`body`, `attachments[]`). */
+function createInput(contentType: string | undefined, json: unknown, form: unknown): { body: string; attachments: string[] } {
+  if (/^application\/([a-z.+-]*\+)?json/i.test(contentType ?? '')) {
+    const input = json as { body: string; attachments?: string[] }
+    return { body: input.body, attachments: input.attachments ?? [] }
+  }
+  if (/^(application\/x-www-form-urlencoded|multipart\/form-data)/i.test(contentType ?? '')) {
+    const input = form as { body: string; 'attachments[]'?: string | string[] }
+    const attachments = input['attachments[]']
+    return { body: input.body, attachments: attachments === undefined ? [] : [attachments].flat() }
+  }
+  throw new ApiError(422, 'Send the todo as JSON (application/json) or as a form (application/x-www-form-urlencoded) with a body field.')
+}
+
+export const todos = createRouter()
+  .openapi(routes.createTodo, (c) => {
+    const contentType = c.req.header('content-type')
+    const isJson = /json/i.test(contentType ?? '')
+    const input = createInput(contentType, isJson ? c.req.valid('json') : undefined, isJson ? undefined : c.req.valid('form'))
+    if (!input.body) throw new ApiError(422, describeIssue({ path: ['body'], message: 'body is required' }))
+    return respond(c, 'api.todo_create', [input.body, input.attachments], { status: 201 })
+  })
+  .openapi(routes.listTodos, (c) => {
+    const query = c.req.valid('query')
+    return respond(c, 'api.todos_list', [todoFilters(query), ...pageArgs(query), expandsReactions(c.req.url)])
+  })
+  .openapi(routes.getTodo, (c) => respond(c, 'api.todo_get', [c.req.valid('param').todo_id, expandsReactions(c.req.url)]))
+  .openapi(routes.updateTodo, (c) => respond(c, 'api.todo_update', [c.req.valid('param').todo_id, c.req.valid('json')]))
+  .openapi(routes.deleteTodo, (c) => respond(c, 'api.todo_delete', [c.req.valid('param').todo_id], { status: 204 }))
+  .openapi(routes.deletionPreview, (c) =>
+    respond(c, 'api.todo_deletion_preview', [c.req.valid('param').todo_id], { access: 'read' }))
+  .openapi(routes.userTodos, (c) => {
+    const query = c.req.valid('query')
+    return respond(c, 'api.user_todos', [c.req.valid('param').username, todoFilters(query), ...pageArgs(query), expandsReactions(c.req.url)])
+  })
+  .openapi(routes.projectTodos, (c) => {
+    const query = c.req.valid('query')
+    return respond(c, 'api.project_todos', [c.req.valid('param').project_id, todoFilters(query), ...pageArgs(query), expandsReactions(c.req.url)])
+  })

@@ -1,0 +1,132 @@
+// SPEC section 4, Search: first-party OAuth apps with scope public only; todo search capped at
+// the 100 newest matches; user search for mention autocomplete, ranked by mentions.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+
+let world: TestWorld
+let alice: CreatedUser
+let token: string
+
+beforeAll(async () => {
+  world = await startWorld()
+  alice = await world.createUser('alice')
+  await world.createUser('writer')
+  token = await world.token('alice', 'public', { firstParty: true })
+  // 120 matching todos, a minute apart (needle-119 newest), and some that do not match.
+  await world.sql`
+    insert into app.todos (user_id, body, created_at)
+    select u.id, 'needle ' || n || case when n % 10 = 0 then ' broken' else '' end,
+           timestamptz '2026-01-01' + make_interval(mins => n)
+    from app.users u, generate_series(0, 119) n where u.username = 'writer'`
+  await world.sql`
+    insert into app.todos (user_id, body) select u.id, 'haystack ' || n from app.users u, generate_series(1, 5) n where u.username = 'writer'`
+})
+afterAll(() => world.close())
+
+describe('who may search', () => {
+  it('403 for API keys, other apps, and tokens without public', async () => {
+    const thirdParty = await world.token('alice', 'public')
+    const noPublic = await world.token('alice', 'write', { firstParty: true })
+    for (const path of ['/v1/search/todos?query=needle', '/v1/search/users?query=wr']) {
+      for (const auth of [alice.api_key, thirdParty, noPublic]) {
+        const res = await world.get(path, { auth })
+        expect(res.status, path).toBe(403)
+        expect(typeof res.body.error).toBe('string')
+      }
+      expect((await world.get(path, { auth: token })).status).toBe(200)
+    }
+  })
+})
+
+describe('GET /v1/search/todos', () => {
+  it('400 without a query (after the credential was checked)', async () => {
+    for (const path of ['/v1/search/todos', '/v1/search/todos?query=', '/v1/search/todos?query=%20%20', '/v1/search/todos?query=*:()']) {
+      const res = await world.get(path, { auth: token })
+      expect(res.status, path).toBe(400)
+      expect(res.body).toEqual({ error: 'query is required: the words to search for.' })
+    }
+    expect((await world.get('/v1/search/todos', { auth: alice.api_key })).status).toBe(403)
+  })
+
+  it('caps the result at the 100 newest matches: total_count 100, pagination ends there', async () => {
+    const seen: string[] = []
+    let after: string | null = null
+    let pages = 0
+    do {
+      const res: { body: any } = await world.get(`/v1/search/todos?query=needle&limit=40${after ? `&starting_after=${after}` : ''}`, { auth: token })
+      expect(res.body.total_count).toBe(100)
+      seen.push(...res.body.data.map((t: { body: string }) => t.body))
+      after = res.body.after
+      pages++
+    } while (after)
+    expect(pages).toBe(3)
+    expect(seen).toHaveLength(100)
+    expect(seen[0]).toBe('needle 119')
+    expect(seen[99]).toBe('needle 20 broken')
+  })
+
+  it('prefix matching and negation, newest first', async () => {
+    const res = await world.get('/v1/search/todos?query=need%20-broken&limit=100', { auth: token })
+    expect(res.body.data.every((t: { body: string }) => !t.body.includes('broken'))).toBe(true)
+    expect(res.body.data[0].body).toBe('needle 119')
+    expect(res.body.total_count).toBe(100)
+    const hay = await world.get('/v1/search/todos?query=hay', { auth: token })
+    expect(hay.body.total_count).toBe(5)
+    const none = await world.get('/v1/search/todos?query=zebra', { auth: token })
+    expect(none.body).toEqual({ data: [], has_more: false, total_count: 0, after: null })
+  })
+
+  it('a cursor outside the capped result is 404; expand works', async () => {
+    const oldest = await world.sql`select app.to_public_id('todo', id) as id from app.todos where body = 'needle 0 broken'`
+    expect((await world.get(`/v1/search/todos?query=needle&starting_after=${oldest[0]!.id}`, { auth: token })).status).toBe(404)
+    const expanded = await world.get('/v1/search/todos?query=needle&limit=1&expand=reactions', { auth: token })
+    expect(expanded.body.data[0].reactions).toEqual([])
+  })
+
+  it('only todos the searcher may see', async () => {
+    const hidden = await world.createUser('hidden', '--privacy', 'private')
+    await world.post('/v1/todos', { auth: hidden.api_key, json: { body: 'uniqueword in private' } })
+    expect((await world.get('/v1/search/todos?query=uniqueword', { auth: token })).body.total_count).toBe(0)
+    const own = await world.token('hidden', 'public', { firstParty: true })
+    expect((await world.get('/v1/search/todos?query=uniqueword', { auth: own })).body.total_count).toBe(1)
+  })
+})
+
+describe('GET /v1/search/users', () => {
+  beforeAll(async () => {
+    for (const [name, first, last] of [['samira', 'Samira', 'Khan'], ['sam', 'Sam', 'Stone'], ['samuel', 'Samuel', 'Okafor'], ['bob', 'Bob', 'Samson']]) {
+      await world.createUser(name!, '--first-name', first!, '--last-name', last!)
+    }
+    for (let i = 0; i < 14; i++) await world.createUser(`sx${String(i).padStart(2, '0')}`)
+    // Alice mentions samuel three times and bob once.
+    for (const body of ['with @samuel', 'again @samuel', '@samuel and @bob', 'thanks @bob? no, @samuel']) {
+      await world.post('/v1/todos', { auth: alice.api_key, json: { body } })
+    }
+  })
+  const names = (res: { body: { data: { username: string }[] } }) => res.body.data.map((u) => u.username)
+
+  it('the people you mention most come first, then exact and shorter usernames', async () => {
+    const res = await world.get('/v1/search/users?query=sam', { auth: token })
+    expect(res.status).toBe(200)
+    expect(names(res).slice(0, 4)).toEqual(['samuel', 'bob', 'sam', 'samira'])
+    expect(res.body).toMatchObject({ has_more: false, after: null, total_count: res.body.data.length })
+  })
+
+  it('matches first names, last names and full names by prefix, case-insensitively', async () => {
+    expect(names(await world.get('/v1/search/users?query=STON', { auth: token }))).toEqual(['sam'])
+    expect(names(await world.get('/v1/search/users?query=samira%20k', { auth: token }))).toEqual(['samira'])
+    expect(names(await world.get('/v1/search/users?query=okaf', { auth: token }))).toEqual(['samuel'])
+  })
+
+  it('an empty or missing query returns only frequent mentions', async () => {
+    for (const path of ['/v1/search/users', '/v1/search/users?query=']) {
+      expect(names(await world.get(path, { auth: token }))).toEqual(['samuel', 'bob'])
+    }
+  })
+
+  it('returns at most 10 and never yourself', async () => {
+    const res = await world.get('/v1/search/users?query=s', { auth: token })
+    expect(res.body.data).toHaveLength(10)
+    expect(names(await world.get('/v1/search/users?query=alic', { auth: token }))).toEqual([])
+  })
+})
