@@ -7,6 +7,10 @@ import { credentials } from './lib/auth.ts'
 import { errorResponse } from './lib/errors.ts'
 import { users } from './users/users.ts'
 import { projects } from './projects/projects.ts'
+import { comments } from './comments/comments.ts'
+import { following } from './following/following.ts'
+import { moderation } from './moderation/moderation.ts'
+import { reactions } from './reactions/reactions.ts'
 import { search } from './search/search.ts'
 import { todos } from './todos/todos.ts'
 
@@ -51,6 +55,10 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
   app.route('/', projects)
   app.route('/', todos)
   app.route('/', search)
+  app.route('/', comments)
+  app.route('/', reactions)
+  app.route('/', moderation)
+  app.route('/', following)
 
   app.doc31('/v1/openapi.json', {
     openapi: '3.1.0',

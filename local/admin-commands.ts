@@ -213,6 +213,20 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
     },
   },
 
+  reports: {
+    options: { limit: { type: 'string' } },
+    run: async (ctx, o) => {
+      const limit = Number(optional(o, 'limit') ?? 100)
+      if (!Number.isInteger(limit) || limit < 1) throw new AdminError('--limit must be a positive whole number')
+      const rows = await ctx.sql`
+        select app.to_public_id('rep', r.id) as id, u.username as reporter, r.reportable_type, r.reportable_id,
+               (r.todo_id is null and r.comment_id is null and r.reported_user_id is null) as target_deleted, r.created_at
+        from app.reports r join app.users u on u.id = r.reporter_id
+        order by r.created_at desc limit ${limit}`
+      return { data: rows.map((r) => ({ ...r, created_at: (r.created_at as Date).toISOString() })) }
+    },
+  },
+
   'revoke-token': {
     options: { jti: { type: 'string' }, token: { type: 'string' } },
     run: async (ctx, o) => {

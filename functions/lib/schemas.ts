@@ -197,3 +197,36 @@ export const TodoListQuery = PaginationQuery.extend({
   expand: z.union([z.string(), z.array(z.string())]).optional().openapi({ description: 'Only `reactions`. Comma-separated or repeated; `expand[]` is accepted too.' }),
   'expand[]': z.union([z.string(), z.array(z.string())]).optional(),
 })
+
+export const CommentSchema = z
+  .object({
+    id: z.string().openapi({ example: 'comm_1f2e3d4c5b6a79880716253443526170' }),
+    body: z.string(),
+    attachments: z.array(AttachmentSchema),
+    created_at: z.string().datetime({ offset: true }),
+    updated_at: z.string().datetime({ offset: true }),
+    url: z.string(),
+    reactions_count: z.number().int(),
+    viewer: z.object({ reactions: z.array(IdOnly) }),
+    creator: UserSchema,
+    mentioned_projects: z.array(MentionedProjectSchema),
+    mentioned_users: z.array(MentionedUserSchema),
+    parent_id: z.string().nullable().openapi({ description: 'The comment this one replies to; null for a top-level comment. (An addition to SPEC 1.4.0.)' }),
+  })
+  .openapi('Comment')
+
+/** Path parameters shared by several resources. */
+export const Params = {
+  todo: z.object({
+    todo_id: z.string().min(1).openapi({ param: { name: 'todo_id', in: 'path' }, description: 'todo_ ID or numeric ID.' }),
+  }),
+  user: z.object({
+    user_id: z.string().min(1).openapi({ param: { name: 'user_id', in: 'path' }, description: 'Username, user_ ID, or `me`.' }),
+  }),
+  project: z.object({
+    project_id: z.string().min(1).openapi({ param: { name: 'project_id', in: 'path' }, description: 'proj_ ID or slug.' }),
+  }),
+}
+
+/** The 204 of idempotent actions. */
+export const NoContent = { description: 'Done (no body)' }

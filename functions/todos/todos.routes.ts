@@ -127,3 +127,13 @@ export const projectTodos = createRoute({
   request: { params: ProjectParam, query: TodoListQuery },
   responses: { 200: jsonContent(PaginatedTodos, 'A page of todos'), ...errors(400, 401, 403, 404, 422) },
 })
+
+export const timeline = createRoute({
+  method: 'get',
+  path: '/v1/timeline',
+  tags: ['Todos'],
+  summary: 'Your timeline',
+  description: 'Your own todos and those of members and projects you follow, minus members you muted, newest first, with the filters of every todo list.',
+  request: { query: TodoListQuery },
+  responses: { 200: jsonContent(PaginatedTodos, 'A page of todos'), ...errors(400, 401, 403, 404, 422) },
+})

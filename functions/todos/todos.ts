@@ -28,6 +28,10 @@ export const todos = createRouter()
     if (!input.body) throw new ApiError(422, describeIssue({ path: ['body'], message: 'body is required' }))
     return respond(c, 'api.todo_create', [input.body, input.attachments], { status: 201 })
   })
+  .openapi(routes.timeline, (c) => {
+    const query = c.req.valid('query')
+    return respond(c, 'api.timeline', [todoFilters(query), ...pageArgs(query), expandsReactions(c.req.url)])
+  })
   .openapi(routes.listTodos, (c) => {
     const query = c.req.valid('query')
     return respond(c, 'api.todos_list', [todoFilters(query), ...pageArgs(query), expandsReactions(c.req.url)])

@@ -1,0 +1,295 @@
+// SPEC section 4: reactions, comments (with replies), reports, following, mutes, the timeline.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { CommentSchema, ReactionSchema } from '../functions/lib/schemas.ts'
+import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+
+let world: TestWorld
+let alice: CreatedUser
+let bob: CreatedUser
+let carol: CreatedUser
+
+const post = async (user: CreatedUser, body: string) => (await world.post('/v1/todos', { auth: user.api_key, json: { body } })).body
+const comment = (user: CreatedUser, todoId: string, body: string | null, extra: Record<string, unknown> = {}) =>
+  world.post('/v1/comments', { auth: user.api_key, json: { commentable_type: 'Todo', commentable_id: todoId, body, ...extra } })
+const bodies = (res: { body: { data: { body: string }[] } }) => res.body.data.map((t) => t.body)
+
+beforeAll(async () => {
+  world = await startWorld()
+  alice = await world.createUser('alice')
+  bob = await world.createUser('bob')
+  carol = await world.createUser('carol')
+  await world.admin('create-project', '--owner', 'alice', '--name', 'Rocket', '--slug', 'rocket', '--hashtag', 'rocket')
+})
+afterAll(() => world.close())
+
+describe('reactions', () => {
+  it('201 Reaction on a todo; reacting again returns the same reaction; counters and viewer follow', async () => {
+    const todo = await post(alice, 'Like me')
+    const first = await world.post('/v1/reactions', { auth: bob.api_key, json: { reactable_type: 'Todo', reactable_id: todo.id } })
+    expect(first.status).toBe(201)
+    ReactionSchema.strict().parse(first.body)
+    expect(first.body).toMatchObject({ reactable_type: 'Todo', reactable_id: todo.id, reactor: { username: 'bob' } })
+    const again = await world.post('/v1/reactions', { auth: bob.api_key, json: { reactable_type: 'Todo', reactable_id: todo.id } })
+    expect(again.status).toBe(201)
+    expect(again.body.id).toBe(first.body.id)
+    const seen = await world.get(`/v1/todos/${todo.id}`, { auth: bob.api_key })
+    expect(seen.body.reactions_count).toBe(1)
+    expect(seen.body.viewer.reactions).toEqual([{ id: first.body.id }])
+  })
+
+  it('20 concurrent identical reactions leave one row and one count', async () => {
+    const todo = await post(alice, 'Race me')
+    const results = await Promise.all(Array.from({ length: 20 }, () =>
+      world.post('/v1/reactions', { auth: carol.api_key, json: { reactable_type: 'Todo', reactable_id: todo.id } })))
+    expect(results.map((r) => r.status)).toEqual(Array(20).fill(201))
+    expect(new Set(results.map((r) => r.body.id)).size).toBe(1)
+    const [row] = await world.sql`select count(*)::int as n from app.reactions where todo_id = app.from_public_id('todo', ${todo.id})`
+    expect(row!.n).toBe(1)
+    expect((await world.get(`/v1/todos/${todo.id}`, { auth: carol.api_key })).body.reactions_count).toBe(1)
+  })
+
+  it('reactions on comments', async () => {
+    const todo = await post(alice, 'Discuss')
+    const c = (await comment(bob, todo.id, 'Nice')).body
+    const res = await world.post('/v1/reactions', { auth: alice.api_key, json: { reactable_type: 'Comment', reactable_id: c.id } })
+    expect(res.status).toBe(201)
+    expect(res.body).toMatchObject({ reactable_type: 'Comment', reactable_id: c.id })
+    const list = await world.get(`/v1/todos/${todo.id}/comments`, { auth: alice.api_key })
+    expect(list.body.data[0]).toMatchObject({ reactions_count: 1, viewer: { reactions: [{ id: res.body.id }] } })
+  })
+
+  it('DELETE: own only (403), 404 unknown, 204 then gone', async () => {
+    const todo = await post(alice, 'Unlike me')
+    const r = (await world.post('/v1/reactions', { auth: bob.api_key, json: { reactable_type: 'Todo', reactable_id: todo.id } })).body
+    expect((await world.delete(`/v1/reactions/${r.id}`, { auth: alice.api_key })).status).toBe(403)
+    expect((await world.delete(`/v1/reactions/${r.id}`, { auth: bob.read_only_api_key })).status).toBe(403)
+    expect((await world.delete(`/v1/reactions/${r.id}`, { auth: bob.api_key })).status).toBe(204)
+    expect((await world.delete(`/v1/reactions/${r.id}`, { auth: bob.api_key })).status).toBe(404)
+    expect((await world.get(`/v1/todos/${todo.id}`, { auth: bob.api_key })).body).toMatchObject({ reactions_count: 0, viewer: { reactions: [] } })
+  })
+
+  it('422 for a wrong type or target, 403 for a read-only key', async () => {
+    const todo = await post(alice, 'x')
+    const cases = [
+      { reactable_type: 'Project', reactable_id: todo.id },
+      { reactable_type: 'Todo', reactable_id: 'todo_00000000000000000000000000000000' },
+      { reactable_type: 'Comment', reactable_id: todo.id },
+      { reactable_type: 'Todo' },
+    ]
+    for (const json of cases) {
+      const res = await world.post('/v1/reactions', { auth: bob.api_key, json })
+      expect(res.status, JSON.stringify(json)).toBe(422)
+      expect(res.body.error).toMatch(/^reactable_(type|id)/)
+    }
+    expect((await world.post('/v1/reactions', { auth: bob.read_only_api_key, json: { reactable_type: 'Todo', reactable_id: todo.id } })).status).toBe(403)
+  })
+})
+
+describe('comments', () => {
+  it('201 Comment with every field, mentions parsed; counters and viewer.comments follow', async () => {
+    const todo = await post(alice, 'Comment here')
+    const res = await comment(bob, todo.id, 'Great work @alice on #rocket')
+    expect(res.status).toBe(201)
+    CommentSchema.strict().parse(res.body)
+    expect(res.body).toMatchObject({
+      body: 'Great work @alice on #rocket', attachments: [], reactions_count: 0, viewer: { reactions: [] }, parent_id: null,
+      creator: { username: 'bob' },
+    })
+    expect(res.body.id).toMatch(/^comm_/)
+    expect(res.body.url).toMatch(new RegExp(`^http://api\\.test/todos/\\d+#${res.body.id}$`))
+    expect(res.body.mentioned_users.map((u: { username: string }) => u.username)).toEqual(['alice'])
+    expect(res.body.mentioned_projects.map((p: { slug: string }) => p.slug)).toEqual(['rocket'])
+    const seen = await world.get(`/v1/todos/${todo.id}`, { auth: bob.api_key })
+    expect(seen.body).toMatchObject({ comments_count: 1, viewer: { comments: [{ id: res.body.id }] } })
+    expect((await world.get(`/v1/todos/${todo.id}`, { auth: alice.api_key })).body.viewer.comments).toEqual([])
+  })
+
+  it('422: commentable_type other than Todo, unknown todo, no body, bad parent; 403 read-only', async () => {
+    const todo = await post(alice, 'Strict')
+    const cases: [Record<string, unknown>, RegExp][] = [
+      [{ commentable_type: 'Project', commentable_id: todo.id, body: 'x' }, /^commentable_type must be Todo/],
+      [{ commentable_type: 'Todo', commentable_id: 'todo_00000000000000000000000000000000', body: 'x' }, /^commentable_id/],
+      [{ commentable_type: 'Todo', commentable_id: todo.id }, /^body is required unless attachments/],
+      [{ commentable_type: 'Todo', commentable_id: todo.id, body: '  ' }, /^body is required/],
+      [{ commentable_type: 'Todo', commentable_id: todo.id, body: 'x', parent_id: 'comm_00000000000000000000000000000000' }, /^parent_id/],
+      [{ commentable_type: 'Todo', commentable_id: todo.id, body: 'x', attachments: ['forged'] }, /^attachments/],
+      [{ commentable_id: todo.id, body: 'x' }, /^commentable_type/],
+    ]
+    for (const [json, message] of cases) {
+      const res = await world.post('/v1/comments', { auth: bob.api_key, json })
+      expect(res.status, JSON.stringify(json)).toBe(422)
+      expect(res.body.error).toMatch(message)
+    }
+    expect((await comment({ ...bob, api_key: bob.read_only_api_key }, todo.id, 'x')).status).toBe(403)
+  })
+
+  it('lists oldest first with replies; deleting a comment removes its replies and their reactions', async () => {
+    const todo = await post(alice, 'Thread')
+    const top = (await comment(bob, todo.id, 'First')).body
+    const reply = (await comment(carol, todo.id, 'Reply to first', { parent_id: top.id })).body
+    expect(reply.parent_id).toBe(top.id)
+    await comment(carol, todo.id, 'Second')
+    await world.post('/v1/reactions', { auth: alice.api_key, json: { reactable_type: 'Comment', reactable_id: reply.id } })
+
+    const list = await world.get(`/v1/todos/${todo.id}/comments`, { auth: alice.api_key })
+    expect(bodies(list)).toEqual(['First', 'Reply to first', 'Second'])
+    expect(list.body).toMatchObject({ total_count: 3, has_more: false, after: null })
+    const page = await world.get(`/v1/todos/${todo.id}/comments?limit=2`, { auth: alice.api_key })
+    expect(page.body).toMatchObject({ has_more: true, after: page.body.data[1].id })
+    expect(bodies(await world.get(`/v1/todos/${todo.id}/comments?starting_after=${page.body.after}`, { auth: alice.api_key }))).toEqual(['Second'])
+
+    expect((await world.delete(`/v1/comments/${top.id}`, { auth: carol.api_key })).status).toBe(403)
+    expect((await world.delete(`/v1/comments/${top.id}`, { auth: bob.api_key })).status).toBe(204)
+    expect(bodies(await world.get(`/v1/todos/${todo.id}/comments`, { auth: alice.api_key }))).toEqual(['Second'])
+    expect((await world.get(`/v1/todos/${todo.id}`, { auth: alice.api_key })).body.comments_count).toBe(1)
+    const [left] = await world.sql`select count(*)::int as n from app.reactions where comment_id = app.from_public_id('comm', ${reply.id})`
+    expect(left!.n).toBe(0)
+    expect((await world.delete(`/v1/comments/${top.id}`, { auth: bob.api_key })).status).toBe(404)
+  })
+
+  it('404 for the comments of an unknown todo and for a foreign cursor', async () => {
+    expect((await world.get('/v1/todos/todo_00000000000000000000000000000000/comments', { auth: alice.api_key })).status).toBe(404)
+    const todo = await post(alice, 'Cursor')
+    expect((await world.get(`/v1/todos/${todo.id}/comments?starting_after=comm_00000000000000000000000000000000`, { auth: alice.api_key })).status).toBe(404)
+  })
+
+  it('PATCH edits your own comment (mentions re-parsed); 403 others; 404; 422; 429 past the limit', async () => {
+    const todo = await post(alice, 'Edit comments')
+    const c = (await comment(bob, todo.id, 'Hello @carol')).body
+    const edited = await world.patch(`/v1/comments/${c.id}`, { auth: bob.api_key, json: { body: 'Hello @alice' } })
+    expect(edited.status).toBe(200)
+    expect(edited.body.mentioned_users.map((u: { username: string }) => u.username)).toEqual(['alice'])
+    expect((await world.patch(`/v1/comments/${c.id}`, { auth: alice.api_key, json: { body: 'x' } })).status).toBe(403)
+    expect((await world.patch('/v1/comments/comm_00000000000000000000000000000000', { auth: bob.api_key, json: { body: 'x' } })).status).toBe(404)
+    expect((await world.patch(`/v1/comments/${c.id}`, { auth: bob.api_key, json: { body: '' } })).status).toBe(422)
+    expect((await world.patch(`/v1/comments/${c.id}`, { auth: bob.api_key, json: { remove_attachment_ids: ['x'] } })).status).toBe(422)
+    for (let i = 1; i < 30; i++) expect((await world.patch(`/v1/comments/${c.id}`, { auth: bob.api_key, json: { body: `v${i}` } })).status).toBe(200)
+    const limited = await world.patch(`/v1/comments/${c.id}`, { auth: bob.api_key, json: { body: 'too many' } })
+    expect(limited.status).toBe(429)
+    expect(Number(limited.headers.get('retry-after'))).toBeGreaterThan(0)
+  })
+
+  it('DELETE is rate-limited too (429)', async () => {
+    const dave = await world.createUser('dave')
+    const todo = await post(alice, 'Many comments')
+    const ids: string[] = []
+    for (let i = 0; i < 31; i++) ids.push((await comment(dave, todo.id, `c${i}`)).body.id)
+    for (const id of ids.slice(0, 30)) expect((await world.delete(`/v1/comments/${id}`, { auth: dave.api_key })).status).toBe(204)
+    expect((await world.delete(`/v1/comments/${ids[30]}`, { auth: dave.api_key })).status).toBe(429)
+  })
+})
+
+describe('reports', () => {
+  it('201 Report for a todo, a comment and a user; visible to operators', async () => {
+    const todo = await post(alice, 'Spam?')
+    const c = (await comment(alice, todo.id, 'More spam')).body
+    for (const [type, id] of [['Todo', todo.id], ['Comment', c.id], ['User', alice.id]]) {
+      const res = await world.post('/v1/reports', { auth: bob.api_key, json: { reportable_type: type, reportable_id: id } })
+      expect(res.status, type).toBe(201)
+      expect(res.body).toEqual({ id: expect.stringMatching(/^rep_[0-9a-f]{32}$/), created_at: expect.any(String), reportable_type: type, reportable_id: id })
+    }
+    const { data } = await world.admin('reports')
+    expect(data.slice(0, 3).map((r: { reportable_type: string; reporter: string }) => [r.reportable_type, r.reporter]))
+      .toEqual([['User', 'bob'], ['Comment', 'bob'], ['Todo', 'bob']])
+  })
+
+  it('422 for an unknown type or target; 403 read-only', async () => {
+    for (const json of [{ reportable_type: 'Project', reportable_id: alice.id }, { reportable_type: 'User', reportable_id: 'user_00000000000000000000000000000000' },
+      { reportable_type: 'Todo', reportable_id: alice.id }, { reportable_type: 'Comment', reportable_id: 'comm_x' }, { reportable_type: 'User' }]) {
+      const res = await world.post('/v1/reports', { auth: bob.api_key, json })
+      expect(res.status, JSON.stringify(json)).toBe(422)
+    }
+    expect((await world.post('/v1/reports', { auth: bob.read_only_api_key, json: { reportable_type: 'User', reportable_id: alice.id } })).status).toBe(403)
+  })
+})
+
+describe('following', () => {
+  it('users: 204 idempotent; following, follows_you and followers_count exact', async () => {
+    const erin = await world.createUser('erin')
+    for (let i = 0; i < 2; i++) expect((await world.post('/v1/users/erin/follow', { auth: alice.api_key })).status).toBe(204)
+    await Promise.all(Array.from({ length: 10 }, () => world.post(`/v1/users/${erin.id}/follow`, { auth: bob.api_key })))
+    const seen = await world.get('/v1/users/erin', { auth: alice.api_key })
+    expect(seen.body).toMatchObject({ following: true, follows_you: false, followers_count: 2 })
+    expect((await world.get('/v1/users/alice', { auth: erin.api_key })).body).toMatchObject({ following: false, follows_you: true })
+    for (let i = 0; i < 2; i++) expect((await world.delete('/v1/users/erin/follow', { auth: alice.api_key })).status).toBe(204)
+    expect((await world.get('/v1/users/erin', { auth: alice.api_key })).body).toMatchObject({ following: false, followers_count: 1 })
+  })
+
+  it('users: 404 unknown, 422 yourself, 403 read-only', async () => {
+    expect((await world.post('/v1/users/nobody/follow', { auth: alice.api_key })).status).toBe(404)
+    expect((await world.delete('/v1/users/nobody/follow', { auth: alice.api_key })).status).toBe(404)
+    expect((await world.post('/v1/users/me/follow', { auth: alice.api_key })).status).toBe(422)
+    expect((await world.post('/v1/users/bob/follow', { auth: alice.read_only_api_key })).status).toBe(403)
+  })
+
+  it('projects: 204 idempotent with exact counters; 404 unknown or invisible', async () => {
+    await world.admin('create-project', '--owner', 'bob', '--name', 'Hidden', '--slug', 'hidden', '--privacy', 'private')
+    for (let i = 0; i < 2; i++) expect((await world.post('/v1/projects/rocket/follow', { auth: carol.api_key })).status).toBe(204)
+    expect((await world.get('/v1/projects/rocket', { auth: carol.api_key })).body).toMatchObject({ following: true, followers_count: 1 })
+    expect((await world.delete('/v1/projects/rocket/follow', { auth: carol.api_key })).status).toBe(204)
+    expect((await world.get('/v1/projects/rocket', { auth: carol.api_key })).body).toMatchObject({ following: false, followers_count: 0 })
+    expect((await world.post('/v1/projects/hidden/follow', { auth: carol.api_key })).status).toBe(404)
+    expect((await world.post('/v1/projects/nope/follow', { auth: carol.api_key })).status).toBe(404)
+    expect((await world.post('/v1/projects/rocket/follow', { auth: carol.read_only_api_key })).status).toBe(403)
+  })
+})
+
+describe('mutes and the timeline', () => {
+  let viewer: CreatedUser
+  let friend: CreatedUser
+  let noisy: CreatedUser
+  let maker: CreatedUser
+  let stranger: CreatedUser
+  beforeAll(async () => {
+    viewer = await world.createUser('viewer')
+    friend = await world.createUser('friend')
+    noisy = await world.createUser('noisy')
+    maker = await world.createUser('maker')
+    stranger = await world.createUser('stranger')
+    await world.admin('create-project', '--owner', 'maker', '--name', 'Kiln', '--slug', 'kiln', '--hashtag', 'kiln')
+    await post(viewer, 'V: my own')
+    await post(friend, 'F: followed member')
+    await post(noisy, 'N: followed but muted')
+    await post(maker, 'M: in a followed #kiln')
+    await post(maker, 'M: not in the project')
+    await post(stranger, 'S: nobody follows')
+    await world.post('/v1/users/friend/follow', { auth: viewer.api_key })
+    await world.post('/v1/users/noisy/follow', { auth: viewer.api_key })
+    await world.post('/v1/projects/kiln/follow', { auth: viewer.api_key })
+  })
+
+  it('GET /v1/timeline: own, followed members, followed projects, newest first', async () => {
+    const res = await world.get('/v1/timeline', { auth: viewer.api_key })
+    expect(res.status).toBe(200)
+    expect(bodies(res)).toEqual(['M: in a followed #kiln', 'N: followed but muted', 'F: followed member', 'V: my own'])
+    expect(res.body.total_count).toBe(4)
+    expect(bodies(await world.get('/v1/timeline?query=followed&limit=1', { auth: viewer.api_key }))).toEqual(['M: in a followed #kiln'])
+    expect((await world.get('/v1/timeline?since=nonsense', { auth: viewer.api_key })).status).toBe(400)
+  })
+
+  it('muting removes a member from the timeline, GET /v1/todos and comment lists; unmuting restores', async () => {
+    const thread = await post(viewer, 'V: thread')
+    await comment(noisy, thread.id, 'noise')
+    await comment(friend, thread.id, 'signal')
+    for (let i = 0; i < 2; i++) expect((await world.post('/v1/users/noisy/mute', { auth: viewer.api_key })).status).toBe(204)
+
+    expect(bodies(await world.get('/v1/timeline', { auth: viewer.api_key }))).not.toContain('N: followed but muted')
+    expect(bodies(await world.get('/v1/todos?limit=100', { auth: viewer.api_key }))).not.toContain('N: followed but muted')
+    const thread1 = await world.get(`/v1/todos/${thread.id}/comments`, { auth: viewer.api_key })
+    expect(bodies(thread1)).toEqual(['signal'])
+    expect(thread1.body.total_count).toBe(1)
+    // Others still see everything; a direct request still works for the muter.
+    expect(bodies(await world.get(`/v1/todos/${thread.id}/comments`, { auth: friend.api_key }))).toEqual(['noise', 'signal'])
+    expect((await world.get('/v1/users/noisy/todos', { auth: viewer.api_key })).body.total_count).toBe(1)
+
+    for (let i = 0; i < 2; i++) expect((await world.delete('/v1/users/noisy/mute', { auth: viewer.api_key })).status).toBe(204)
+    expect(bodies(await world.get('/v1/timeline', { auth: viewer.api_key }))).toContain('N: followed but muted')
+    expect(bodies(await world.get(`/v1/todos/${thread.id}/comments`, { auth: viewer.api_key }))).toEqual(['noise', 'signal'])
+  })
+
+  it('mute: 404 unknown, 422 yourself, 403 read-only', async () => {
+    expect((await world.post('/v1/users/nobody/mute', { auth: viewer.api_key })).status).toBe(404)
+    expect((await world.post('/v1/users/me/mute', { auth: viewer.api_key })).status).toBe(422)
+    expect((await world.post('/v1/users/noisy/mute', { auth: viewer.read_only_api_key })).status).toBe(403)
+  })
+})
