@@ -13,6 +13,7 @@ import { moderation } from './moderation/moderation.ts'
 import { reactions } from './reactions/reactions.ts'
 import { search } from './search/search.ts'
 import { todos } from './todos/todos.ts'
+import { uploads } from './uploads/uploads.ts'
 
 export type { AppDeps } from './lib/context.ts'
 
@@ -59,6 +60,7 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
   app.route('/', reactions)
   app.route('/', moderation)
   app.route('/', following)
+  app.route('/', uploads)
 
   app.doc31('/v1/openapi.json', {
     openapi: '3.1.0',

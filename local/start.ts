@@ -1,11 +1,13 @@
 // `npm start`: the whole service on one machine. Embedded PostgreSQL (or DATABASE_URL),
 // pending migrations, and the API on HOST:PORT.
+import { join } from 'node:path'
 import { serve } from '@hono/node-server'
 import { createApp } from '../functions/app.ts'
 import { createSql } from '../functions/lib/sql.ts'
 import { readConfig } from './config.ts'
 import { openDatabase } from './database.ts'
 import { migrate } from './migrate.ts'
+import { localStorage, runStorageMaintenance } from './storage.ts'
 
 const config = readConfig()
 const database = await openDatabase(config)
@@ -13,7 +15,16 @@ const sql = createSql(database.url, { max: 20 })
 const applied = await migrate(sql)
 if (applied.length > 0) console.log(`Applied ${applied.length} migration(s): ${applied.join(', ')}`)
 
-const app = createApp({ sql, publicUrl: config.publicUrl, jwtSecret: config.jwtSecret, upgradeUrl: config.upgradeUrl })
+const storageDir = join(config.dataDir, 'storage')
+const storage = localStorage({ dir: storageDir, publicUrl: config.publicUrl, jwtSecret: config.jwtSecret, sql })
+const app = createApp({ sql, publicUrl: config.publicUrl, jwtSecret: config.jwtSecret, upgradeUrl: config.upgradeUrl, storage })
+app.route('/', storage.routes)
+
+// Background work that pg_cron and Supabase Queues do in production.
+const maintenance = setInterval(() => {
+  runStorageMaintenance(sql, storageDir).catch((err) => console.error('storage maintenance failed:', err))
+}, 60_000)
+maintenance.unref()
 const server = serve({ fetch: app.fetch, hostname: config.host, port: config.port }, () => {
   console.log(`Todo-sharing API listening on ${config.publicUrl}`)
   console.log(`  REST:     ${config.publicUrl}/v1   (reference: ${config.publicUrl}/docs)`)
@@ -26,6 +37,7 @@ async function shutdown(signal: string) {
   if (stopping) return
   stopping = true
   console.log(`\n${signal}: stopping…`)
+  clearInterval(maintenance)
   server.close()
   await sql.end({ timeout: 5 })
   await database.stop()

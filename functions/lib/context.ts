@@ -2,6 +2,7 @@
 import type { Context } from 'hono'
 import type { Sql } from 'postgres'
 import type { Credential } from './db.ts'
+import type { FileStorage } from './storage.ts'
 
 export interface AppDeps {
   /** postgres.js client; on Supabase, created once at module scope with prepare: false. */
@@ -12,6 +13,8 @@ export interface AppDeps {
   jwtSecret: string
   /** Where a lapsed subscription is sent (401 upgrade_url). */
   upgradeUrl: string
+  /** Where uploads go: the local storage server, or Supabase Storage. */
+  storage: FileStorage
 }
 
 export interface AppEnv {

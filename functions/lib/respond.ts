@@ -5,6 +5,14 @@ import { callApi } from './db.ts'
 import type { AppContext } from './context.ts'
 import { ApiError } from './errors.ts'
 
+/** The one SQL call of a request, returning the function's JSON text. */
+export async function callFor(c: AppContext, fn: string, args: unknown[], access?: Access): Promise<string | null> {
+  const credential = c.var.credential
+  if (!credential) throw new ApiError(403, 'Authentication required: send an API key or an OAuth access token.')
+  const { sql, publicUrl } = c.var.deps
+  return await callApi(sql, { credential, access: access ?? (c.req.method === 'GET' ? 'read' : 'write'), publicUrl }, fn, args)
+}
+
 export interface RespondOptions {
   /** Defaults to read for GET, write otherwise. */
   access?: Access
@@ -19,11 +27,7 @@ export interface RespondOptions {
  */
 // biome-ignore lint/suspicious/noExplicitAny: see above
 export async function respond(c: AppContext, fn: string, args: unknown[], options: RespondOptions = {}): Promise<any> {
-  const credential = c.var.credential
-  if (!credential) throw new ApiError(403, 'Authentication required: send an API key or an OAuth access token.')
-  const access = options.access ?? (c.req.method === 'GET' ? 'read' : 'write')
-  const { sql, publicUrl } = c.var.deps
-  const body = await callApi(sql, { credential, access, publicUrl }, fn, args)
+  const body = await callFor(c, fn, args, options.access)
   const status = options.status ?? 200
   if (status === 204) return c.body(null, 204)
   return c.body(body ?? 'null', status, { 'content-type': 'application/json; charset=UTF-8' })

@@ -15,12 +15,13 @@ export function describeIssue(issue: Issue): string {
   return issue.message.startsWith(field) ? issue.message : `${field}: ${issue.message}`
 }
 
-export function createRouter() {
+/** A router whose invalid input answers `validationStatus` (422; SPEC wants 400 for uploads). */
+export function createRouter(validationStatus: 400 | 422 = 422) {
   return new OpenAPIHono<AppEnv>({
     defaultHook: (result, c) => {
       if (!result.success) {
         const issue = result.error.issues[0] as Issue
-        return c.json({ error: describeIssue(issue) }, 422)
+        return c.json({ error: describeIssue(issue) }, validationStatus)
       }
     },
   })

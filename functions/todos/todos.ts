@@ -4,6 +4,7 @@ import { expandsReactions, todoFilters } from '../lib/filters.ts'
 import { createRouter, describeIssue } from '../lib/router.ts'
 import { respond } from '../lib/respond.ts'
 import { pageArgs } from '../lib/schemas.ts'
+import { uploadIds } from '../uploads/signed-ids.ts'
 import * as routes from './todos.routes.ts'
 
 /** The todo to create, from JSON or from a form (`body`, `attachments[]`). */
@@ -21,12 +22,12 @@ function createInput(contentType: string | undefined, json: unknown, form: unkno
 }
 
 export const todos = createRouter()
-  .openapi(routes.createTodo, (c) => {
+  .openapi(routes.createTodo, async (c) => {
     const contentType = c.req.header('content-type')
     const isJson = /json/i.test(contentType ?? '')
     const input = createInput(contentType, isJson ? c.req.valid('json') : undefined, isJson ? undefined : c.req.valid('form'))
     if (!input.body) throw new ApiError(422, describeIssue({ path: ['body'], message: 'body is required' }))
-    return respond(c, 'api.todo_create', [input.body, input.attachments], { status: 201 })
+    return respond(c, 'api.todo_create', [input.body, await uploadIds(c, input.attachments)], { status: 201 })
   })
   .openapi(routes.timeline, (c) => {
     const query = c.req.valid('query')
@@ -37,7 +38,10 @@ export const todos = createRouter()
     return respond(c, 'api.todos_list', [todoFilters(query), ...pageArgs(query), expandsReactions(c.req.url)])
   })
   .openapi(routes.getTodo, (c) => respond(c, 'api.todo_get', [c.req.valid('param').todo_id, expandsReactions(c.req.url)]))
-  .openapi(routes.updateTodo, (c) => respond(c, 'api.todo_update', [c.req.valid('param').todo_id, c.req.valid('json')]))
+  .openapi(routes.updateTodo, async (c) => {
+    const patch = c.req.valid('json')
+    return respond(c, 'api.todo_update', [c.req.valid('param').todo_id, { ...patch, attachments: await uploadIds(c, patch.attachments) }])
+  })
   .openapi(routes.deleteTodo, (c) => respond(c, 'api.todo_delete', [c.req.valid('param').todo_id], { status: 204 }))
   .openapi(routes.deletionPreview, (c) =>
     respond(c, 'api.todo_deletion_preview', [c.req.valid('param').todo_id], { access: 'read' }))

@@ -5,7 +5,11 @@ import { inject } from 'vitest'
 import { createApp } from '../../functions/app.ts'
 import { createSql } from '../../functions/lib/sql.ts'
 import { signAccessToken } from '../../functions/lib/tokens.ts'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { runAdmin } from '../../local/admin-commands.ts'
+import { localStorage, runStorageMaintenance } from '../../local/storage.ts'
 import { databaseUrl } from './net.ts'
 
 export const JWT_SECRET = 'test-jwt-secret-that-is-long-enough-for-hs256'
@@ -43,11 +47,17 @@ export async function startWorld() {
   const statements: string[] = []
   const sql = createSql(url, { max: 8, onQuery: (statement) => statements.push(statement) })
 
+  // Files go to a folder of this world; upload URLs point at this world's own server.
+  const storageDir = await mkdtemp(join(tmpdir(), 'todo-test-storage-'))
+  let publicUrl = 'http://api.test'
   let server: ServerType | null = null
+  const storage = localStorage({ dir: storageDir, get publicUrl() { return publicUrl }, jwtSecret: JWT_SECRET, sql })
+  const app = createApp({ sql, publicUrl: 'http://api.test', jwtSecret: JWT_SECRET, upgradeUrl: 'https://todo.test/upgrade', storage })
+  app.route('/', storage.routes)
   const baseUrl = await new Promise<string>((resolve) => {
-    const deps = { sql, publicUrl: 'http://api.test', jwtSecret: JWT_SECRET, upgradeUrl: 'https://todo.test/upgrade' }
-    server = serve({ fetch: createApp(deps).fetch, hostname: '127.0.0.1', port: 0 }, (info) => resolve(`http://127.0.0.1:${info.port}`))
+    server = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0 }, (info) => resolve(`http://127.0.0.1:${info.port}`))
   })
+  publicUrl = baseUrl
 
   const adminContext = { sql, jwtSecret: JWT_SECRET, publicUrl: 'http://api.test' }
 
@@ -93,11 +103,15 @@ export async function startWorld() {
       return issued.access_token
     },
     sign: signAccessToken,
+    storageDir,
+    /** One pass of the storage worker (stale uploads, queued file deletions). */
+    maintain: (staleAfter?: string) => runStorageMaintenance(sql, storageDir, staleAfter),
     async close() {
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()))
       await sql.end({ timeout: 5 })
       await admin.unsafe(`drop database if exists ${name} with (force)`)
       await admin.end({ timeout: 5 })
+      await rm(storageDir, { recursive: true, force: true })
     },
   }
 }

@@ -2,6 +2,7 @@
 // /functions/v1/api (the platform hands the function paths that start with /api).
 import { createApp } from '../../../functions/app.ts'
 import { createSql } from '../../../functions/lib/sql.ts'
+import { supabaseStorage } from '../../../functions/lib/supabase-storage.ts'
 
 function env(name: string): string | undefined {
   const value = Deno.env.get(name)
@@ -29,7 +30,13 @@ const upgradeUrl = env('UPGRADE_URL') ?? `${publicUrl}/upgrade`
 const prepare = new URL(databaseUrl).port !== '6543'
 const sql = createSql(databaseUrl, { max: 5, prepare })
 
-const app = createApp({ sql, publicUrl, jwtSecret, upgradeUrl }, { basePath: '/api' })
+// Uploads go to Supabase Storage (the private bucket `uploads`), signed with the service role.
+const storage = supabaseStorage({
+  supabaseUrl: supabaseUrl ?? publicUrl,
+  serviceRoleKey: env('SUPABASE_SERVICE_ROLE_KEY') ?? '',
+})
+
+const app = createApp({ sql, publicUrl, jwtSecret, upgradeUrl, storage }, { basePath: '/api' })
 
 // PORT only for running it by hand or in test/deno.test.ts; the platform picks its own.
 const port = env('PORT')

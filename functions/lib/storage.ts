@@ -1,0 +1,83 @@
+// Where uploaded files go. The app signs uploads and serves files through a FileStorage:
+// the local storage server in `npm start` and the tests (local/storage.ts), Supabase Storage
+// in production (functions/lib/supabase-storage.ts). Both record stored files in
+// storage.objects, which is what SQL checks before attaching an upload.
+import { SignJWT, errors as joseErrors, jwtVerify } from 'jose'
+import { toHex } from './tokens.ts'
+
+export interface UploadToSign {
+  key: string
+  contentType: string
+  /** MD5 of the file, base64 (the Content-MD5 header's form). */
+  checksumBase64: string
+  byteSize: number
+}
+
+export interface SignedUpload {
+  /** Where the client PUTs the file. */
+  url: string
+  /** Headers the PUT must carry, exactly. */
+  headers: Record<string, string>
+}
+
+export interface FileStorage {
+  signUpload(upload: UploadToSign): Promise<SignedUpload>
+  /** The answer to GET /files/{key}: the file, or a redirect to it. */
+  fileResponse(key: string): Promise<Response>
+}
+
+const encoder = new TextEncoder()
+const UPLOAD_AUDIENCE = 'upload'
+/** How long a signed PUT URL and a signed_id stay valid; unattached uploads are removed after the same time. */
+export const UPLOAD_LIFETIME_SECONDS = 24 * 60 * 60
+
+/** A key for upload signatures derived from the JWT secret, so one secret serves both purposes apart. */
+export async function uploadSigningKey(jwtSecret: string): Promise<Uint8Array> {
+  const key = await crypto.subtle.importKey('raw', encoder.encode(jwtSecret), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign'])
+  return new Uint8Array(await crypto.subtle.sign('HMAC', key, encoder.encode('todo-sharing uploads')))
+}
+
+export async function hmacHex(key: Uint8Array, message: string): Promise<string> {
+  const imported = await crypto.subtle.importKey('raw', key as BufferSource, { name: 'HMAC', hash: 'SHA-256' }, false, ['sign'])
+  return toHex(await crypto.subtle.sign('HMAC', imported, encoder.encode(message)))
+}
+
+/** Constant-time comparison of two hex strings. */
+export function sameHex(a: string, b: string): boolean {
+  if (a.length !== b.length) return false
+  let diff = 0
+  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i)
+  return diff === 0
+}
+
+/** The signed_id of an upload: a short JWT naming it, so a client cannot attach an upload it invents. */
+export async function signUploadId(key: Uint8Array, uploadId: string): Promise<string> {
+  return await new SignJWT({})
+    .setProtectedHeader({ alg: 'HS256' })
+    .setSubject(uploadId)
+    .setAudience(UPLOAD_AUDIENCE)
+    .setExpirationTime(Math.floor(Date.now() / 1000) + UPLOAD_LIFETIME_SECONDS)
+    .sign(key)
+}
+
+export type SignedIdCheck = { ok: true; uploadId: string } | { ok: false; reason: 'expired' | 'invalid' }
+
+export async function verifyUploadId(key: Uint8Array, signedId: string): Promise<SignedIdCheck> {
+  try {
+    const { payload } = await jwtVerify(signedId, key, { algorithms: ['HS256'], audience: UPLOAD_AUDIENCE })
+    if (typeof payload.sub !== 'string' || !/^[0-9a-f-]{36}$/.test(payload.sub)) return { ok: false, reason: 'invalid' }
+    return { ok: true, uploadId: payload.sub }
+  } catch (err) {
+    return { ok: false, reason: err instanceof joseErrors.JWTExpired ? 'expired' : 'invalid' }
+  }
+}
+
+/** What the local storage server's signature covers: the PUT can only store this exact file. */
+export function localUploadCanonical(key: string, expires: number, contentType: string, checksumBase64: string, byteSize: number): string {
+  return [key, String(expires), contentType, checksumBase64, String(byteSize)].join('\n')
+}
+
+/** Path of the local storage server's upload endpoint for a key. */
+export function localUploadPath(key: string): string {
+  return `/storage/v1/uploads/${key.split('/').map(encodeURIComponent).join('/')}`
+}

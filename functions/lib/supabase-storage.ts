@@ -1,0 +1,50 @@
+// Supabase Storage as the FileStorage of production: signed upload URLs from the Storage API
+// (the client PUTs straight to Supabase), and signed download URLs for GET /files/{key}.
+// Runtime-neutral (fetch only), so the Edge Function uses it as is.
+import type { FileStorage, SignedUpload, UploadToSign } from './storage.ts'
+
+export const UPLOADS_BUCKET = 'uploads'
+
+export interface SupabaseStorageOptions {
+  /** https://<ref>.supabase.co */
+  supabaseUrl: string
+  /** The service role key: the function signs on behalf of members. */
+  serviceRoleKey: string
+  /** Seconds a download link stays valid (GET /files/{key} redirects to one). */
+  downloadSeconds?: number
+  fetch?: typeof fetch
+}
+
+const objectPath = (key: string) => `${UPLOADS_BUCKET}/${key.split('/').map(encodeURIComponent).join('/')}`
+
+export function supabaseStorage(options: SupabaseStorageOptions): FileStorage {
+  const base = options.supabaseUrl.replace(/\/+$/, '') + '/storage/v1'
+  const request = options.fetch ?? fetch
+  const headers = { authorization: `Bearer ${options.serviceRoleKey}`, apikey: options.serviceRoleKey, 'content-type': 'application/json' }
+
+  return {
+    async signUpload(upload: UploadToSign): Promise<SignedUpload> {
+      const response = await request(`${base}/object/upload/sign/${objectPath(upload.key)}`, { method: 'POST', headers, body: '{}' })
+      if (!response.ok) throw new Error(`Supabase Storage refused to sign an upload: ${response.status} ${await response.text()}`)
+      const { url } = (await response.json()) as { url: string }
+      return {
+        url: base + url,
+        headers: { 'Content-Type': upload.contentType, 'Content-MD5': upload.checksumBase64 },
+      }
+    },
+
+    async fileResponse(key: string): Promise<Response> {
+      const response = await request(`${base}/object/sign/${objectPath(key)}`, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify({ expiresIn: options.downloadSeconds ?? 3600 }),
+      })
+      if (response.status === 400 || response.status === 404) {
+        return new Response(JSON.stringify({ error: 'No such file.' }), { status: 404, headers: { 'content-type': 'application/json' } })
+      }
+      if (!response.ok) throw new Error(`Supabase Storage refused to sign a download: ${response.status}`)
+      const { signedURL } = (await response.json()) as { signedURL: string }
+      return new Response(null, { status: 302, headers: { location: base + signedURL, 'cache-control': 'private, max-age=60' } })
+    },
+  }
+}

@@ -1,0 +1,33 @@
+// Turning the signed_ids a client sends in `attachments` into upload ids for SQL. The
+// signature and expiry are checked here (the secret never reaches the database); whose upload
+// it is and whether its file arrived are checked in SQL (app.attach_uploads).
+import type { AppContext } from '../lib/context.ts'
+import { ApiError } from '../lib/errors.ts'
+import { uploadSigningKey, verifyUploadId } from '../lib/storage.ts'
+
+const keys = new Map<string, Promise<Uint8Array>>()
+
+/** The upload signing key of this app's JWT secret, derived once. */
+export function signingKey(c: AppContext): Promise<Uint8Array> {
+  const secret = c.var.deps.jwtSecret
+  let key = keys.get(secret)
+  if (!key) keys.set(secret, (key = uploadSigningKey(secret)))
+  return key
+}
+
+export async function uploadIds(c: AppContext, signedIds: string[] | undefined, field = 'attachments'): Promise<string[]> {
+  if (!signedIds || signedIds.length === 0) return []
+  const key = await signingKey(c)
+  const ids: string[] = []
+  for (const signedId of signedIds) {
+    const check = await verifyUploadId(key, signedId)
+    if (!check.ok) {
+      throw new ApiError(422, check.reason === 'expired'
+        ? `${field}: a signed id has expired; upload the file again.`
+        : `${field}: ${JSON.stringify(signedId.slice(0, 40))} is not a signed id from POST /v1/uploads.`)
+    }
+    ids.push(check.uploadId)
+  }
+  if (new Set(ids).size !== ids.length) throw new ApiError(422, `${field}: the same upload is named twice.`)
+  return ids
+}

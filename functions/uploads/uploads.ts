@@ -1,0 +1,57 @@
+// Uploads: direct uploads to storage with a pre-signed PUT, and the files served back.
+import { ApiError } from '../lib/errors.ts'
+import { callFor } from '../lib/respond.ts'
+import { createRouter } from '../lib/router.ts'
+import { signUploadId } from '../lib/storage.ts'
+import { signingKey } from './signed-ids.ts'
+import { ALLOWED_CONTENT_TYPES, createUpload } from './uploads.routes.ts'
+
+/** The MD5 as hex, from base64 (16 bytes) or hex (32 digits); null when it is neither. */
+export function md5Hex(checksum: string): string | null {
+  const value = checksum.trim()
+  if (/^[0-9a-f]{32}$/i.test(value)) return value.toLowerCase()
+  if (/^[A-Za-z0-9+/]{22}==$/.test(value)) {
+    const bytes = Uint8Array.from(atob(value), (ch) => ch.charCodeAt(0))
+    return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('')
+  }
+  return null
+}
+
+const hexToBase64 = (hex: string) => btoa(String.fromCharCode(...(hex.match(/../g) ?? []).map((h) => parseInt(h, 16))))
+
+export const uploads = createRouter(400).openapi(createUpload, async (c) => {
+  const input = c.req.valid('json')
+  const checksumHex = md5Hex(input.checksum)
+  if (!checksumHex) throw new ApiError(400, 'checksum must be the MD5 of the file, base64 (24 characters) or hex (32 digits).')
+  const contentType = input.content_type.trim().toLowerCase()
+  if (!(ALLOWED_CONTENT_TYPES as readonly string[]).includes(contentType)) {
+    throw new ApiError(400, `content_type ${JSON.stringify(input.content_type)} is not accepted; send an image, a video or a common document type.`)
+  }
+  const recorded = JSON.parse((await callFor(c, 'api.upload_create', [input.filename, input.byte_size, checksumHex, contentType])) ?? 'null') as {
+    id: string
+    key: string
+    filename: string
+    byte_size: number
+    content_type: string
+  }
+  const checksumBase64 = hexToBase64(checksumHex)
+  const signed = await c.var.deps.storage.signUpload({ key: recorded.key, contentType, checksumBase64, byteSize: recorded.byte_size })
+  return c.json({
+    filename: recorded.filename,
+    byte_size: recorded.byte_size,
+    checksum: checksumBase64,
+    content_type: recorded.content_type,
+    url: signed.url,
+    key: recorded.key,
+    signed_id: await signUploadId(await signingKey(c), recorded.id),
+    method: 'PUT' as const,
+    headers: signed.headers,
+  }, 200)
+})
+
+/** GET /files/{key}: an attachment's file (or a redirect to it). The key is the capability. */
+uploads.get('/files/*', async (c) => {
+  const key = decodeURIComponent(c.req.path.slice('/files/'.length))
+  if (!/^[0-9a-f]{32}\/[A-Za-z0-9._-]{1,100}$/.test(key)) return c.json({ error: 'No such file.' }, 404)
+  return await c.var.deps.storage.fileResponse(key)
+})
