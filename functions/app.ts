@@ -8,6 +8,7 @@ import { errorResponse } from './lib/errors.ts'
 import { users } from './users/users.ts'
 import { projects } from './projects/projects.ts'
 import { comments } from './comments/comments.ts'
+import { conversations } from './conversations/conversations.ts'
 import { following } from './following/following.ts'
 import { moderation } from './moderation/moderation.ts'
 import { reactions } from './reactions/reactions.ts'
@@ -61,6 +62,7 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
   app.route('/', moderation)
   app.route('/', following)
   app.route('/', uploads)
+  app.route('/', conversations)
 
   app.doc31('/v1/openapi.json', {
     openapi: '3.1.0',

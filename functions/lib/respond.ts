@@ -32,3 +32,13 @@ export async function respond(c: AppContext, fn: string, args: unknown[], option
   if (status === 204) return c.body(null, 204)
   return c.body(body ?? 'null', status, { 'content-type': 'application/json; charset=UTF-8' })
 }
+
+/**
+ * For the few endpoints whose success status depends on the data (200 existing / 201 new):
+ * the function returns {"status": n, "body": …}.
+ */
+// biome-ignore lint/suspicious/noExplicitAny: see respond()
+export async function respondWithStatus(c: AppContext, fn: string, args: unknown[], access?: Access): Promise<any> {
+  const { status, body } = JSON.parse((await callFor(c, fn, args, access)) ?? '{}') as { status: 200 | 201; body: unknown }
+  return c.json(body, status)
+}

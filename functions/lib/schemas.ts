@@ -230,3 +230,35 @@ export const Params = {
 
 /** The 204 of idempotent actions. */
 export const NoContent = { description: 'Done (no body)' }
+
+export const MessageSchema = z
+  .object({
+    id: z.string().openapi({ example: 'message_6a5b4c3d2e1f00112233445566778899' }),
+    conversation_id: z.string(),
+    body: z.string(),
+    client_message_id: z.string().nullable(),
+    created_at: z.string().datetime({ offset: true }),
+    updated_at: z.string().datetime({ offset: true }),
+    creator: UserSchema,
+    attachment: z.object({
+      url: z.string(),
+      mime_type: z.string(),
+      filename: z.string(),
+      byte_size: z.number().int(),
+      width: z.number().int().nullable().optional(),
+      height: z.number().int().nullable().optional(),
+    }).nullable().openapi('MessageAttachment'),
+    reactions: z.array(z.object({ content: z.string(), created_at: z.string().datetime({ offset: true }), user: UserSchema }).openapi('MessageReaction')),
+  })
+  .openapi('Message')
+
+export const ConversationSchema = z
+  .object({
+    id: z.string().openapi({ example: 'conversation_00112233445566778899aabbccddeeff' }),
+    created_at: z.string().datetime({ offset: true }),
+    updated_at: z.string().datetime({ offset: true }),
+    unread: z.boolean(),
+    user: UserSchema,
+    last_message: MessageSchema.nullable(),
+  })
+  .openapi('Conversation')
