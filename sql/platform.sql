@@ -118,8 +118,10 @@ language plpgsql volatile set search_path to '' as $$
 begin
   begin
     perform set_config('realtime.topic', topic, true);
+    -- As Supabase's current version: an id is added only when the payload has none.
     insert into realtime.messages (payload, event, topic, private, extension)
-    values (payload || jsonb_build_object('id', gen_random_uuid()), event, topic, private, 'broadcast');
+    values (case when payload ? 'id' then payload else payload || jsonb_build_object('id', gen_random_uuid()) end,
+            event, topic, private, 'broadcast');
   exception when others then
     -- Supabase turns any failure into a warning: a broadcast must never abort the write.
     raise warning 'ErrorSendingBroadcastMessage: %', sqlerrm;

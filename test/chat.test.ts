@@ -14,7 +14,8 @@ const tokens = new Map<string, string>()
 /** A member with a chat token from an approved app. */
 async function chatter(prefix = 'c') {
   const user = await world.createUser(`${prefix}${++counter}`)
-  const token = await world.token(user.username, 'public write chat', { chat: true })
+  // Scope chat alone is enough to read and send direct messages.
+  const token = await world.token(user.username, 'chat', { chat: true })
   tokens.set(user.username, token)
   return { ...user, token }
 }

@@ -311,9 +311,10 @@ grant update (unread, last_read_at) on app.conversation_members to authenticated
 create policy "Participants read the messages of their conversations" on app.messages
   for select to authenticated
   using ((select app.can_chat()) and app.is_conversation_member(conversation_id, (select auth.uid())));
+-- Scope chat alone grants sending (SPEC: "read and send direct messages"); write is for todos.
 create policy "Participants write in their own name" on app.messages
   for insert to authenticated
-  with check (user_id = (select auth.uid()) and (select app.can_chat()) and (select app.can_write())
+  with check (user_id = (select auth.uid()) and (select app.can_chat())
               and app.is_conversation_member(conversation_id, (select auth.uid())));
 grant select on app.messages to authenticated;
 grant insert (conversation_id, user_id, body, client_message_id) on app.messages to authenticated;

@@ -1,0 +1,136 @@
+// The realtime.messages policies, exercised exactly as the Supabase Realtime server
+// authorizes a private channel (SUPABASE-NOTES.md): insert a probe row, switch to the token's
+// role and claims with realtime.topic set, and see whether the probe is visible (read) or
+// whether inserting one is allowed (write). No gateway involved: this is the production path.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { Sql } from 'postgres'
+import { type TestWorld, startWorld } from './support/app.ts'
+
+let world: TestWorld
+
+function claimsOf(token: string): Record<string, unknown> {
+  return JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString())
+}
+
+/** What Realtime does on a private join: may these claims read `topic`? */
+async function mayRead(sql: Sql, token: string, topic: string): Promise<boolean> {
+  const claims = claimsOf(token)
+  let visible = false
+  await sql.begin(async (tx) => {
+    const [probe] = await tx`insert into realtime.messages (topic, extension, private, event, payload)
+                             values (${topic}, 'broadcast', true, 'probe', '{}') returning id`
+    await tx`select set_config('role', ${String(claims.role)}, true), set_config('realtime.topic', ${topic}, true),
+                    set_config('request.jwt.claims', ${JSON.stringify(claims)}, true),
+                    set_config('request.jwt.claim.sub', ${String(claims.sub)}, true),
+                    set_config('request.jwt.claim.role', ${String(claims.role)}, true)`
+    visible = (await tx`select id from realtime.messages where id = ${probe!.id}`).length === 1
+    await tx`rollback and chain`.catch(() => {})
+    throw new Error('rollback')
+  }).catch((err) => {
+    if ((err as Error).message !== 'rollback') throw err
+  })
+  return visible
+}
+
+/** What Realtime does lazily before a client broadcast: may these claims write `topic`? */
+async function mayWrite(sql: Sql, token: string, topic: string): Promise<boolean> {
+  const claims = claimsOf(token)
+  let allowed = false
+  await sql.begin(async (tx) => {
+    await tx`select set_config('role', ${String(claims.role)}, true), set_config('realtime.topic', ${topic}, true),
+                    set_config('request.jwt.claims', ${JSON.stringify(claims)}, true)`
+    try {
+      await tx.savepoint(async (sp) => {
+        await sp`insert into realtime.messages (topic, extension, private, event, payload) values (${topic}, 'broadcast', true, 'typing', '{}')`
+      })
+      allowed = true
+    } catch (err) {
+      if ((err as { code?: string }).code !== '42501') throw err
+    }
+    throw new Error('rollback')
+  }).catch((err) => {
+    if ((err as Error).message !== 'rollback') throw err
+  })
+  return allowed
+}
+
+let conversationTopic: string
+let aliceToken: string
+let bobToken: string
+let carolToken: string
+let aliceId: string
+
+beforeAll(async () => {
+  world = await startWorld()
+  const alice = await world.createUser('alice')
+  aliceId = alice.id
+  await world.createUser('bob')
+  await world.createUser('carol')
+  aliceToken = await world.token('alice', 'public chat', { chat: true })
+  bobToken = await world.token('bob', 'public chat', { chat: true })
+  carolToken = await world.token('carol', 'public chat', { chat: true })
+  const conversation = await world.post('/v1/conversations', { auth: aliceToken, json: { user: 'bob' } })
+  conversationTopic = `conversation:${conversation.body.id}`
+})
+afterAll(() => world.close())
+
+describe('reading a private channel', () => {
+  it('participants with a chat token from an approved app may join conversation:<id>', async () => {
+    expect(await mayRead(world.sql, aliceToken, conversationTopic)).toBe(true)
+    expect(await mayRead(world.sql, bobToken, conversationTopic)).toBe(true)
+  })
+
+  it('a non-participant, a token without chat, an unapproved app, a revoked token may not', async () => {
+    expect(await mayRead(world.sql, carolToken, conversationTopic)).toBe(false)
+    expect(await mayRead(world.sql, await world.token('alice', 'public write', { chat: true }), conversationTopic)).toBe(false)
+    expect(await mayRead(world.sql, await world.token('alice', 'public chat'), conversationTopic)).toBe(false)
+    const revoked = await world.token('alice', 'public chat', { chat: true })
+    await world.admin('revoke-token', '--token', revoked)
+    expect(await mayRead(world.sql, revoked, conversationTopic)).toBe(false)
+  })
+
+  it('user:<id> is readable by that member only', async () => {
+    expect(await mayRead(world.sql, aliceToken, `user:${aliceId}`)).toBe(true)
+    expect(await mayRead(world.sql, bobToken, `user:${aliceId}`)).toBe(false)
+  })
+
+  it('unknown or malformed topics are refused', async () => {
+    for (const topic of ['conversation:conversation_00000000000000000000000000000000', 'conversation:nope', 'anything', '']) {
+      expect(await mayRead(world.sql, aliceToken, topic), topic).toBe(false)
+    }
+  })
+})
+
+describe('writing (typing) to a private channel', () => {
+  it('participants may broadcast on their conversation; others, and inbox topics, not', async () => {
+    expect(await mayWrite(world.sql, bobToken, conversationTopic)).toBe(true)
+    expect(await mayWrite(world.sql, carolToken, conversationTopic)).toBe(false)
+    expect(await mayWrite(world.sql, aliceToken, `user:${aliceId}`)).toBe(false)
+  })
+})
+
+describe('what the triggers broadcast', () => {
+  it('message.created carries the Message as the API renders it; inbox.updated the unread count', async () => {
+    const conversationId = conversationTopic.slice('conversation:'.length)
+    const sent = await world.post(`/v1/conversations/${conversationId}/messages`, { auth: aliceToken, json: { body: 'broadcast me' } })
+    expect(sent.status, JSON.stringify(sent.body)).toBe(201)
+    const rows = await world.sql`select topic, event, payload, private from realtime.messages where event in ('message.created', 'inbox.updated') order by inserted_at`
+    const created = rows.find((r) => r.event === 'message.created')!
+    expect(created).toMatchObject({ topic: conversationTopic, private: true })
+    // realtime.send keeps a payload's own id (it adds one only when missing).
+    expect(created.payload).toEqual(sent.body)
+    const inbox = rows.find((r) => r.event === 'inbox.updated')!
+    expect(inbox.payload).toMatchObject({ conversation_id: conversationId, message_id: sent.body.id, unread_count: 1 })
+    expect(inbox.topic).toMatch(/^user:user_/)
+  })
+
+  it('reactions and read receipts are broadcast to the conversation', async () => {
+    const conversationId = conversationTopic.slice('conversation:'.length)
+    const message = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: aliceToken, json: { body: 'react' } })).body
+    await world.post(`/v1/messages/${message.id}/reactions`, { auth: bobToken, json: { content: '🔥' } })
+    await world.delete(`/v1/messages/${message.id}/reactions/${encodeURIComponent('🔥')}`, { auth: bobToken })
+    await world.post(`/v1/conversations/${conversationId}/reading`, { auth: bobToken })
+    const events = (await world.sql`select event from realtime.messages where topic = ${conversationTopic} order by inserted_at`).map((r) => r.event)
+    expect(events).toEqual(expect.arrayContaining(['reaction.created', 'reaction.deleted', 'conversation.read']))
+  })
+})
