@@ -83,8 +83,10 @@ export const PaginationQuery = z.object({
   after: z.string().optional().openapi({ description: 'Alias of starting_after.' }),
 })
 
+export type PaginationArgs = z.infer<typeof PaginationQuery>
+
 /** [limit, cursor] as the api functions take them. */
-export function pageArgs(query: z.infer<typeof PaginationQuery>): [number, string | null] {
+export function pageArgs(query: PaginationArgs): [number, string | null] {
   const limit = Math.min(query.limit ?? query.per_page ?? 25, 100)
   return [limit, query.starting_after ?? query.after ?? null]
 }

@@ -1,9 +1,9 @@
 // Todos: post, read, edit, delete, preview a deletion, and every list of todos.
 import { ApiError } from '../lib/errors.ts'
-import { expandsReactions, todoFilters } from '../lib/filters.ts'
+import { type TodoFilterQuery, expandsReactions, todoFilters } from '../lib/filters.ts'
 import { createRouter, describeIssue } from '../lib/router.ts'
 import { respond } from '../lib/respond.ts'
-import { pageArgs } from '../lib/schemas.ts'
+import { type PaginationArgs, pageArgs } from '../lib/schemas.ts'
 import { uploadIds } from '../uploads/signed-ids.ts'
 import * as routes from './todos.routes.ts'
 
@@ -21,6 +21,11 @@ function createInput(contentType: string | undefined, json: unknown, form: unkno
   throw new ApiError(422, 'Send the todo as JSON (application/json) or as a form (application/x-www-form-urlencoded) with a body field.')
 }
 
+/** The filter, page and expand arguments every todo list function takes, in order. */
+function listArgs(query: TodoFilterQuery & PaginationArgs, url: string): unknown[] {
+  return [todoFilters(query), ...pageArgs(query), expandsReactions(url)]
+}
+
 export const todos = createRouter()
   .openapi(routes.createTodo, async (c) => {
     const contentType = c.req.header('content-type')
@@ -29,14 +34,8 @@ export const todos = createRouter()
     if (!input.body) throw new ApiError(422, describeIssue({ path: ['body'], message: 'body is required' }))
     return respond(c, 'api.todo_create', [input.body, await uploadIds(c, input.attachments)], { status: 201 })
   })
-  .openapi(routes.timeline, (c) => {
-    const query = c.req.valid('query')
-    return respond(c, 'api.timeline', [todoFilters(query), ...pageArgs(query), expandsReactions(c.req.url)])
-  })
-  .openapi(routes.listTodos, (c) => {
-    const query = c.req.valid('query')
-    return respond(c, 'api.todos_list', [todoFilters(query), ...pageArgs(query), expandsReactions(c.req.url)])
-  })
+  .openapi(routes.timeline, (c) => respond(c, 'api.timeline', listArgs(c.req.valid('query'), c.req.url)))
+  .openapi(routes.listTodos, (c) => respond(c, 'api.todos_list', listArgs(c.req.valid('query'), c.req.url)))
   .openapi(routes.getTodo, (c) => respond(c, 'api.todo_get', [c.req.valid('param').todo_id, expandsReactions(c.req.url)]))
   .openapi(routes.updateTodo, async (c) => {
     const patch = c.req.valid('json')
@@ -45,11 +44,7 @@ export const todos = createRouter()
   .openapi(routes.deleteTodo, (c) => respond(c, 'api.todo_delete', [c.req.valid('param').todo_id], { status: 204 }))
   .openapi(routes.deletionPreview, (c) =>
     respond(c, 'api.todo_deletion_preview', [c.req.valid('param').todo_id], { access: 'read' }))
-  .openapi(routes.userTodos, (c) => {
-    const query = c.req.valid('query')
-    return respond(c, 'api.user_todos', [c.req.valid('param').username, todoFilters(query), ...pageArgs(query), expandsReactions(c.req.url)])
-  })
-  .openapi(routes.projectTodos, (c) => {
-    const query = c.req.valid('query')
-    return respond(c, 'api.project_todos', [c.req.valid('param').project_id, todoFilters(query), ...pageArgs(query), expandsReactions(c.req.url)])
-  })
+  .openapi(routes.userTodos, (c) =>
+    respond(c, 'api.user_todos', [c.req.valid('param').username, ...listArgs(c.req.valid('query'), c.req.url)]))
+  .openapi(routes.projectTodos, (c) =>
+    respond(c, 'api.project_todos', [c.req.valid('param').project_id, ...listArgs(c.req.valid('query'), c.req.url)]))
