@@ -7,6 +7,7 @@ import { createSql } from '../functions/lib/sql.ts'
 import { readConfig } from './config.ts'
 import { openDatabase } from './database.ts'
 import { migrate } from './migrate.ts'
+import { startRealtimeGateway } from './realtime.ts'
 import { localStorage, runStorageMaintenance } from './storage.ts'
 
 const config = readConfig()
@@ -25,12 +26,15 @@ const maintenance = setInterval(() => {
   runStorageMaintenance(sql, storageDir).catch((err) => console.error('storage maintenance failed:', err))
 }, 60_000)
 maintenance.unref()
+const realtime = await startRealtimeGateway({ databaseUrl: database.url, jwtSecret: config.jwtSecret })
 const server = serve({ fetch: app.fetch, hostname: config.host, port: config.port }, () => {
   console.log(`Todo-sharing API listening on ${config.publicUrl}`)
   console.log(`  REST:     ${config.publicUrl}/v1   (reference: ${config.publicUrl}/docs)`)
+  console.log(`  Realtime: ${config.publicUrl.replace(/^http/, 'ws')}/realtime/v1/websocket`)
   console.log(`  Database: ${database.embedded ? `embedded PostgreSQL, data in ${config.dataDir}` : 'DATABASE_URL'}`)
   console.log('Press Ctrl-C to stop.')
 })
+realtime.attach(server)
 
 let stopping = false
 async function shutdown(signal: string) {
@@ -38,6 +42,7 @@ async function shutdown(signal: string) {
   stopping = true
   console.log(`\n${signal}: stopping…`)
   clearInterval(maintenance)
+  await realtime.close()
   server.close()
   await sql.end({ timeout: 5 })
   await database.stop()

@@ -148,6 +148,65 @@ $$;
 
 select realtime.ensure_partitions();
 
+-- What the Realtime server itself does, for the local gateway (local/realtime.ts). Only where
+-- no Realtime server owns realtime.messages: on Supabase (and the Supabase CLI's stack) the
+-- role supabase_realtime_admin and the table realtime.schema_migrations exist, and this is skipped.
+--  * realtime.local_gateway_notify(): after each broadcast row is inserted, NOTIFY
+--    `realtime_messages` with the row's id and inserted_at (its partition key), its privacy and,
+--    when short, its topic; never the payload, since a NOTIFY carries at most 8000 bytes. The
+--    notification is sent at commit, so a rolled-back row (an authorization probe) never is.
+--  * realtime.drop_old_partitions(): drops the daily partitions entirely older than 72 hours,
+--    as the Realtime server's janitor does; the gateway runs it with ensure_partitions() hourly.
+do $local$
+begin
+  if exists (select 1 from pg_roles where rolname = 'supabase_realtime_admin')
+     or to_regclass('realtime.schema_migrations') is not null then
+    return;
+  end if;
+
+  create or replace function realtime.local_gateway_notify() returns trigger
+  language plpgsql set search_path to '' as $fn$
+  begin
+    perform pg_notify('realtime_messages', json_build_object(
+      'id', new.id,
+      'inserted_at', new.inserted_at,
+      'private', coalesce(new.private, false),
+      'topic', case when octet_length(new.topic) <= 1000 then new.topic end)::text);
+    return null;
+  end;
+  $fn$;
+
+  if not exists (
+    select 1 from pg_trigger
+     where tgrelid = 'realtime.messages'::regclass and tgname = 'local_gateway_notify' and tgparentid = 0
+  ) then
+    create trigger local_gateway_notify after insert on realtime.messages
+      for each row when (new.extension = 'broadcast') execute function realtime.local_gateway_notify();
+  end if;
+
+  create or replace function realtime.drop_old_partitions(older_than interval default interval '72 hours')
+  returns setof text
+  language plpgsql volatile set search_path to '' as $fn$
+  declare
+    part record;
+  begin
+    for part in
+      select c.relname
+        from pg_inherits i
+        join pg_class c on c.oid = i.inhrelid
+       where i.inhparent = 'realtime.messages'::regclass
+         and c.relname ~ '^messages_[0-9]{4}_[0-9]{2}_[0-9]{2}$'
+         and to_date(substr(c.relname, 10), 'YYYY_MM_DD') + 1 <= localtimestamp - older_than
+       order by c.relname
+    loop
+      execute format('drop table realtime.%I', part.relname);
+      return next part.relname;
+    end loop;
+  end;
+  $fn$;
+end
+$local$;
+
 -- An empty publication, as on Supabase.
 do $$
 begin

@@ -9,6 +9,7 @@ import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { runAdmin } from '../../local/admin-commands.ts'
+import { startRealtimeGateway } from '../../local/realtime.ts'
 import { localStorage, runStorageMaintenance } from '../../local/storage.ts'
 import { databaseUrl } from './net.ts'
 
@@ -58,6 +59,9 @@ export async function startWorld() {
     server = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0 }, (info) => resolve(`http://127.0.0.1:${info.port}`))
   })
   publicUrl = baseUrl
+  // The Realtime gateway on the same server, as `npm start` serves it (ws://…/realtime/v1/websocket).
+  const realtime = await startRealtimeGateway({ databaseUrl: url, jwtSecret: JWT_SECRET })
+  realtime.attach(server!)
 
   const adminContext = { sql, jwtSecret: JWT_SECRET, publicUrl: 'http://api.test' }
 
@@ -103,10 +107,13 @@ export async function startWorld() {
       return issued.access_token
     },
     sign: signAccessToken,
+    /** The Realtime gateway serving this world (stats, partition upkeep). */
+    realtime,
     storageDir,
     /** One pass of the storage worker (stale uploads, queued file deletions). */
     maintain: (staleAfter?: string) => runStorageMaintenance(sql, storageDir, staleAfter),
     async close() {
+      await realtime.close()
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()))
       await sql.end({ timeout: 5 })
       await admin.unsafe(`drop database if exists ${name} with (force)`)

@@ -1,0 +1,159 @@
+// Direct messages delivered in real time, with the real @supabase/supabase-js client against
+// the local gateway and the production policies on realtime.messages (migration 1200):
+// participants receive message.created (the Message as the API renders it), reactions, read
+// receipts and inbox updates; others are refused; typing reaches the other participant; a
+// refreshed token keeps receiving; a vanished client does not disturb the others.
+import { createClient, type RealtimeChannel, type SupabaseClient } from '@supabase/supabase-js'
+import WebSocket from 'ws'
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { type TestWorld, startWorld } from './support/app.ts'
+
+type Vsn = '1.0.0' | '2.0.0'
+
+let world: TestWorld
+const clients: SupabaseClient[] = []
+
+interface Listener {
+  channel: RealtimeChannel
+  client: SupabaseClient
+  status: string
+  reason?: string
+  events: { event: string; payload: any }[]
+  waitFor(event: string, match?: (payload: any) => boolean, timeoutMs?: number): Promise<any>
+}
+
+/** Subscribes like a chat app does, resolving once the join is answered (SUBSCRIBED or CHANNEL_ERROR). */
+async function listen(vsn: Vsn, token: string, topic: string): Promise<Listener> {
+  const client = createClient(world.baseUrl, 'anon', { realtime: { transport: WebSocket as never, vsn } })
+  clients.push(client)
+  await client.realtime.setAuth(token)
+  const events: { event: string; payload: any }[] = []
+  const waiters: { event: string; match: (p: any) => boolean; resolve: (p: any) => void }[] = []
+  const channel = client.channel(topic, { config: { private: true, broadcast: { self: false } } })
+  channel.on('broadcast', { event: '*' }, (message: { event: string; payload: any }) => {
+    events.push({ event: message.event, payload: message.payload })
+    for (const w of [...waiters]) {
+      if (w.event === message.event && w.match(message.payload)) {
+        waiters.splice(waiters.indexOf(w), 1)
+        w.resolve(message.payload)
+      }
+    }
+  })
+  const listener: Listener = {
+    channel, client, status: 'PENDING', events,
+    waitFor(event, match = () => true, timeoutMs = 5000) {
+      const seen = events.find((e) => e.event === event && match(e.payload))
+      if (seen) return Promise.resolve(seen.payload)
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no ${event} on ${topic} within ${timeoutMs} ms`)), timeoutMs)
+        waiters.push({ event, match, resolve: (p) => { clearTimeout(timer); resolve(p) } })
+      })
+    },
+  }
+  await new Promise<void>((resolve) => {
+    channel.subscribe((status, err) => {
+      listener.status = status
+      listener.reason = err?.message
+      if (status === 'SUBSCRIBED' || status === 'CHANNEL_ERROR' || status === 'TIMED_OUT') resolve()
+    })
+  })
+  return listener
+}
+
+let alice: { id: string; username: string; token: string }
+let bob: { id: string; username: string; token: string }
+let carol: { id: string; username: string; token: string }
+let conversationId: string
+
+beforeAll(async () => {
+  world = await startWorld()
+  const make = async (name: string) => {
+    const user = await world.createUser(name)
+    return { id: user.id, username: name, token: await world.token(name, 'public chat', { chat: true }) }
+  }
+  alice = await make('alice')
+  bob = await make('bob')
+  carol = await make('carol')
+  conversationId = (await world.post('/v1/conversations', { auth: alice.token, json: { user: 'bob' } })).body.id
+  // Bob answers once, so the caps never get in the way of these tests.
+  await world.post(`/v1/conversations/${conversationId}/messages`, { auth: bob.token, json: { body: 'hello' } })
+})
+afterEach(async () => {
+  await Promise.all(clients.splice(0).map((c) => c.realtime.disconnect()))
+})
+afterAll(() => world.close())
+
+describe.each(['1.0.0', '2.0.0'] as const)('supabase-js, vsn %s', (vsn) => {
+  it('a participant receives the message another participant sends over REST, as the API renders it', async () => {
+    const bobListens = await listen(vsn, bob.token, `conversation:${conversationId}`)
+    expect(bobListens.status).toBe('SUBSCRIBED')
+    const sent = await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: `hi over ${vsn}` } })
+    expect(sent.status).toBe(201)
+    const delivered = await bobListens.waitFor('message.created', (m) => m.id === sent.body.id)
+    expect(delivered).toEqual(sent.body)
+  })
+
+  it('reactions and read receipts arrive too; the inbox topic gets unread counts', async () => {
+    const aliceListens = await listen(vsn, alice.token, `conversation:${conversationId}`)
+    const bobInbox = await listen(vsn, bob.token, `user:${bob.id}`)
+    expect([aliceListens.status, bobInbox.status]).toEqual(['SUBSCRIBED', 'SUBSCRIBED'])
+    const message = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'react please' } })).body
+    expect(await bobInbox.waitFor('inbox.updated', (p) => p.message_id === message.id)).toMatchObject({ conversation_id: conversationId, unread_count: 1 })
+    await world.post(`/v1/messages/${message.id}/reactions`, { auth: bob.token, json: { content: '🔥' } })
+    expect(await aliceListens.waitFor('reaction.created', (p) => p.message_id === message.id)).toMatchObject({ content: '🔥', user: { username: 'bob' } })
+    await world.post(`/v1/conversations/${conversationId}/reading`, { auth: bob.token })
+    expect(await aliceListens.waitFor('conversation.read', (p) => p.user_id === bob.id)).toMatchObject({ conversation_id: conversationId })
+    expect(await bobInbox.waitFor('inbox.updated', (p) => p.unread_count === 0)).toMatchObject({ conversation_id: conversationId })
+  })
+
+  it('refused: a non-participant, a token without chat, an unapproved app, someone else\'s inbox', async () => {
+    const topic = `conversation:${conversationId}`
+    const refusals = [
+      await listen(vsn, carol.token, topic),
+      await listen(vsn, await world.token('bob', 'public write'), topic),
+      await listen(vsn, await world.token('bob', 'public chat'), topic),
+      await listen(vsn, carol.token, `user:${bob.id}`),
+    ]
+    for (const refused of refusals) {
+      expect(refused.status).toBe('CHANNEL_ERROR')
+      expect(refused.reason ?? '').toMatch(/Unauthorized/)
+    }
+  })
+
+  it('typing from one participant reaches the other, not the sender', async () => {
+    const topic = `conversation:${conversationId}`
+    const aliceListens = await listen(vsn, alice.token, topic)
+    const bobListens = await listen(vsn, bob.token, topic)
+    const result = await aliceListens.channel.send({ type: 'broadcast', event: 'typing', payload: { user: alice.username } })
+    expect(result).toBe('ok')
+    expect(await bobListens.waitFor('typing')).toEqual({ user: 'alice' })
+    await new Promise((r) => setTimeout(r, 200))
+    expect(aliceListens.events.filter((e) => e.event === 'typing')).toEqual([])
+  })
+})
+
+describe('tokens and robustness', () => {
+  it('a client whose token is refreshed keeps receiving', async () => {
+    const bobListens = await listen('2.0.0', bob.token, `conversation:${conversationId}`)
+    const fresh = await world.token('bob', 'public chat', { chat: true })
+    await bobListens.client.realtime.setAuth(fresh)
+    await new Promise((r) => setTimeout(r, 200))
+    const sent = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'after refresh' } })).body
+    expect((await bobListens.waitFor('message.created', (m) => m.id === sent.id)).body).toBe('after refresh')
+  })
+
+  it('the gateway survives a client vanishing mid-stream; the others keep receiving', async () => {
+    const topic = `conversation:${conversationId}`
+    const vanishing = new WebSocket(`${world.baseUrl.replace(/^http/, 'ws')}/realtime/v1/websocket?apikey=anon&vsn=1.0.0`)
+    await new Promise((resolve) => vanishing.once('open', resolve))
+    vanishing.send(JSON.stringify({ topic: `realtime:${topic}`, event: 'phx_join', ref: '1', join_ref: '1',
+      payload: { config: { broadcast: { self: false }, presence: { key: '', enabled: false }, postgres_changes: [], private: true }, access_token: bob.token } }))
+    await new Promise((resolve) => vanishing.once('message', resolve))
+    const stayer = await listen('1.0.0', bob.token, topic)
+    const first = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'one' } })).body
+    vanishing.terminate()
+    const second = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'two' } })).body
+    await stayer.waitFor('message.created', (m) => m.id === first.id)
+    await stayer.waitFor('message.created', (m) => m.id === second.id)
+  })
+})
