@@ -78,12 +78,23 @@ begin
                    array_to_string(conditions || case when anchor.id is not null then '(t.created_at, t.id) < ($5, $6)' end, ' and '),
                    page_limit + 1)
       into page using scope_id, since_at, until_at, matching, anchor.created_at, anchor.id, viewer_id;
-    if since_at is null and until_at is null and matching is null and scope in ('user', 'all') then
+    if since_at is null and until_at is null and matching is null and scope in ('user', 'all', 'timeline') then
       -- Unfiltered: the counters kept on write give the exact total without touching todos.
       -- Visibility is per author, so a member's list is all of their todos or none.
       total := case scope
         when 'user' then (select case when app.can_see_member_content(u.id, viewer_id) then u.todos_count else 0 end
                           from app.users u where u.id = scope_id)
+        when 'timeline' then
+          -- Own and followed members' todos (visible, not muted), plus the todos of followed
+          -- projects by anyone else: |A ∪ B| = |A| + |B \ A|.
+          (select coalesce(sum(u.todos_count), 0) from app.users u
+            where (u.id = viewer_id or u.id in (select f.followee_id from app.user_follows f where f.follower_id = viewer_id))
+              and app.can_see_member_content(u.id, viewer_id)
+              and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = u.id))
+          + (select count(*) from app.project_follows pf join app.todos t on t.project_id = pf.project_id
+              where pf.user_id = viewer_id and t.user_id <> viewer_id
+                and t.user_id not in (select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
+                and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = t.user_id))
         else (select coalesce(sum(u.todos_count), 0) from app.users u
               where (u.privacy = 'public' or u.id = viewer_id
                      or (u.privacy = 'protected' and exists (
@@ -107,6 +118,6 @@ begin
 end;
 $$;
 comment on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) is
-  'One page of todos visible to the viewer, newest first: scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects''); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count: from users.todos_count when unfiltered (user, all), else an exact count. match_cap (search) limits the whole result to the newest matches.';
+  'One page of todos visible to the viewer, newest first: scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects''); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count: from users.todos_count when unfiltered (user, all, timeline; for the timeline plus the followed projects'' other todos, which RLS filters), else an exact count. match_cap (search) limits the whole result to the newest matches.';
 
 revoke execute on all functions in schema app, api from public;
