@@ -20,6 +20,7 @@
 //   --only TEXT           endpoints whose name contains TEXT (repeatable)
 //   --targets LIST        of api,sql,postgraphile,postgrest (default: all)
 //   --skip-scale          no small data set
+//   --skip-chat           no direct-message delivery measurement
 //   --reseed              seed again even when the data set is up to date
 //   --profile             no load: EXPLAIN (ANALYZE, BUFFERS) of every endpoint's SQL, nested
 //                         statements included, written to DATA_DIR/bench/profile-<timestamp>.txt
@@ -35,6 +36,7 @@ import { readConfig, type Config } from './config.ts'
 import { databaseUrl, ensureDatabase, migrateDatabase, openServer } from './bench/databases.ts'
 import { ENDPOINTS, WRITE_TARGETS_PER_CONNECTION, type Call, type Endpoint } from './bench/endpoints.ts'
 import { runHttp, runSql, type HttpRequest, type Measurement } from './bench/load.ts'
+import { type ChatLatency, measureChatLatency } from './bench/chat.ts'
 import { profile } from './bench/profile.ts'
 import { progressBar } from './bench/progress.ts'
 import { FIXTURE_FORMAT, readFixture, refreshFixture, seedDatabase, writeFixtureFile, type Fixture, type SeedOptions } from './bench/seed-data.ts'
@@ -62,6 +64,7 @@ interface Options {
   targets: Set<TargetName>
   reseed: boolean
   profile: boolean
+  skipChat: boolean
 }
 
 function parseOptions(argv: string[]): Options {
@@ -70,7 +73,7 @@ function parseOptions(argv: string[]): Options {
     options: {
       users: { type: 'string' }, todos: { type: 'string' }, seed: { type: 'string' }, duration: { type: 'string' },
       warmup: { type: 'string' }, connections: { type: 'string' }, pool: { type: 'string' },
-      only: { type: 'string', multiple: true }, targets: { type: 'string' }, 'skip-scale': { type: 'boolean' },
+      only: { type: 'string', multiple: true }, targets: { type: 'string' }, 'skip-scale': { type: 'boolean' }, 'skip-chat': { type: 'boolean' },
       reseed: { type: 'boolean' }, profile: { type: 'boolean' },
     },
     strict: true,
@@ -98,6 +101,7 @@ function parseOptions(argv: string[]): Options {
     targets,
     reseed: Boolean(values.reseed),
     profile: Boolean(values.profile),
+    skipChat: Boolean(values['skip-chat']),
   }
 }
 
@@ -524,6 +528,14 @@ async function main(): Promise<number> {
       benches.pop()
     }
 
+    // Direct messages: POST → delivery to 100 subscribed supabase-js clients (issue 7).
+    let chat: ChatLatency | null = null
+    if (!options.skipChat) {
+      log(`Measuring chat delivery: ${100} subscribed clients, 20 messages…`)
+      chat = await measureChatLatency({ databaseUrl: large.url, jwtSecret: config.jwtSecret })
+      log(`  chat: ${chat.clients} clients joined in ${chat.join_ms} ms; POST → delivery p50 ${fmt(chat.p50, 2)} ms, p99 ${fmt(chat.p99, 2)} ms, max ${fmt(chat.max, 2)} ms`)
+    }
+
     const ratios = ratiosOf(results, endpoints)
     const admin = postgres(large.url, { max: 1, onnotice: () => {} })
     const [pg] = await admin<{ version: string }[]>`select current_setting('server_version') as version`
@@ -538,6 +550,10 @@ async function main(): Promise<number> {
       `Reader ${fx.reader.username} (${fx.reader.todos_count} todos), writer ${fx.writer.username}; project ${fx.project.slug} (${fx.project.todos} todos) queried for "${fx.project.query}".`,
     ]
     printReport(process.stdout, results, ratios, header, postgrestNote)
+    if (chat) {
+      process.stdout.write(`\nDirect messages, POST /v1/conversations/{id}/messages → message.created at ${chat.clients} subscribed supabase-js clients ` +
+        `(${chat.messages} messages, ${chat.clients * chat.messages} deliveries): p50 ${fmt(chat.p50, 2)} ms, p99 ${fmt(chat.p99, 2)} ms, max ${fmt(chat.max, 2)} ms\n`)
+    }
 
     const dir = resolve(config.dataDir, 'bench')
     await mkdir(dir, { recursive: true })
@@ -561,6 +577,7 @@ async function main(): Promise<number> {
       postgrest: postgrestNote ?? (postgrest ? `measured (${postgrest})` : 'not requested'),
       results,
       ratios,
+      chat,
     }, null, 2) + '\n')
     process.stdout.write(`\nResults written to ${file}\n`)
     process.stdout.write(`Total ${Math.round((Date.now() - started.getTime()) / 1000)}s.\n`)
