@@ -5,6 +5,7 @@ import { Scalar } from '@scalar/hono-api-reference'
 import type { AppDeps, AppEnv } from './lib/context.ts'
 import { credentials } from './lib/auth.ts'
 import { errorResponse } from './lib/errors.ts'
+import { runStorageMaintenance } from './lib/maintenance.ts'
 import { users } from './users/users.ts'
 import { projects } from './projects/projects.ts'
 import { comments } from './comments/comments.ts'
@@ -34,6 +35,14 @@ export function routingPath(pathname: string, basePath = ''): string {
   if (basePath && (path === basePath || path.startsWith(basePath + '/'))) path = path.slice(basePath.length) || '/'
   if (path.endsWith('.json') && path !== '/v1/openapi.json') path = path.slice(0, -'.json'.length)
   return path
+}
+
+/** Constant-time equality of two secrets. */
+function sameSecret(a: string, b: string): boolean {
+  if (a.length !== b.length) return false
+  let diff = 0
+  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i)
+  return diff === 0
 }
 
 function patternOf(honoPath: string): RegExp {
@@ -78,6 +87,13 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
     scheme: 'bearer',
     description: 'An API key (svc_sk_…) or an OAuth 2.0 access token.',
   })
+  // The storage worker, for pg_cron on Supabase (npm start runs it on a timer instead).
+  app.post('/internal/maintenance', async (c) => {
+    const presented = c.req.header('authorization')?.replace(/^Bearer\s+/i, '') ?? ''
+    if (!deps.workerSecret || !sameSecret(presented, deps.workerSecret)) return c.json({ error: 'No route matches POST /internal/maintenance.' }, 404)
+    return c.json(await runStorageMaintenance(deps.sql, deps.storage), 200)
+  })
+
   app.get('/docs', Scalar({ url: basePath + '/v1/openapi.json', pageTitle: 'Todo-Sharing Service API' }))
 
   // Unknown routes are 404 and known paths with another method 405, both as JSON.

@@ -23,7 +23,7 @@ app.route('/', storage.routes)
 
 // Background work that pg_cron and Supabase Queues do in production.
 const maintenance = setInterval(() => {
-  runStorageMaintenance(sql, storageDir).catch((err) => console.error('storage maintenance failed:', err))
+  runStorageMaintenance(sql, storage).catch((err) => console.error('storage maintenance failed:', err))
 }, 60_000)
 maintenance.unref()
 const realtime = await startRealtimeGateway({ databaseUrl: database.url, jwtSecret: config.jwtSecret })

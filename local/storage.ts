@@ -4,13 +4,14 @@
 // files back at GET /files/{key}. A worker deletes what the database queued for deletion.
 import { createHash, randomBytes } from 'node:crypto'
 import { createReadStream, createWriteStream } from 'node:fs'
-import { mkdir, rename, rm, stat } from 'node:fs/promises'
+import { mkdir, open, rename, rm, stat } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import { Readable } from 'node:stream'
 import { finished } from 'node:stream/promises'
 import { Hono } from 'hono'
 import { imageSizeFromFile } from 'image-size/fromFile'
 import type { Sql } from 'postgres'
+import { runStorageMaintenance as runSharedMaintenance } from '../functions/lib/maintenance.ts'
 import {
   type FileStorage, UPLOAD_LIFETIME_SECONDS, hmacHex, localUploadCanonical, localUploadPath, sameHex, uploadSigningKey,
 } from '../functions/lib/storage.ts'
@@ -131,6 +132,25 @@ export function localStorage(options: LocalStorageOptions): LocalStorage {
       }
     },
 
+    async deleteFiles(keys) {
+      for (const key of keys) {
+        if (KEY_PATTERN.test(key)) await rm(pathOf(key), { force: true })
+      }
+    },
+
+    async readStart(key, bytes) {
+      if (!KEY_PATTERN.test(key)) return null
+      const file = await open(pathOf(key)).catch(() => null)
+      if (!file) return null
+      try {
+        const buffer = new Uint8Array(bytes)
+        const { bytesRead } = await file.read(buffer, 0, bytes, 0)
+        return buffer.subarray(0, bytesRead)
+      } finally {
+        await file.close()
+      }
+    },
+
     async fileResponse(key) {
       const [object] = await options.sql`
         select metadata ->> 'mimetype' as mime from storage.objects where bucket_id = 'uploads' and name = ${key}`
@@ -152,29 +172,9 @@ export function localStorage(options: LocalStorageOptions): LocalStorage {
   }
 }
 
-export interface MaintenanceResult {
-  removedUploads: number
-  deletedFiles: number
-}
+export type { MaintenanceResult } from '../functions/lib/maintenance.ts'
 
-/**
- * The storage worker: removes uploads never attached within `staleAfter`, then deletes every
- * file the database queued (app.file_deletions), in batches, each batch locked for this worker.
- */
-export async function runStorageMaintenance(sql: Sql, dir: string, staleAfter = '1 day'): Promise<MaintenanceResult> {
-  const [stale] = await sql`select app.remove_stale_uploads(${staleAfter}::interval) as removed`
-  let deletedFiles = 0
-  for (;;) {
-    const batch = await sql.begin(async (tx) => {
-      const keys = (await tx`select app.take_file_deletions(100) as key`).map((r) => r.key as string)
-      for (const key of keys) {
-        if (KEY_PATTERN.test(key)) await rm(join(dir, 'uploads', ...key.split('/')), { force: true })
-      }
-      if (keys.length > 0) await tx`select app.forget_file_deletions(${keys})`
-      return keys.length
-    })
-    deletedFiles += batch
-    if (batch < 100) break
-  }
-  return { removedUploads: Number(stale?.removed ?? 0), deletedFiles }
+/** One pass of the storage worker over the local files (see functions/lib/maintenance.ts). */
+export function runStorageMaintenance(sql: Sql, storage: FileStorage, staleAfter = '1 day') {
+  return runSharedMaintenance(sql, storage, staleAfter)
 }

@@ -11,7 +11,7 @@ import { SignJWT } from 'jose'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { hmacHex, localUploadCanonical, localUploadPath, uploadSigningKey } from '../functions/lib/storage.ts'
 import { supabaseStorage } from '../functions/lib/supabase-storage.ts'
-import { JWT_SECRET, type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+import { JWT_SECRET, WORKER_SECRET, type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
 
 let world: TestWorld
 let alice: CreatedUser
@@ -289,6 +289,30 @@ describe('PATCH, deletion and cleanup', () => {
     expect(attachOld.status).toBe(422)
   })
 
+  it('POST /internal/maintenance runs the worker for pg_cron, with the worker secret only', async () => {
+    const old = await upload(alice, png(2, 3), 'image/png', 'cron.png')
+    await world.sql`update app.uploads set created_at = now() - interval '2 days' where key = ${old.key}`
+    for (const auth of [undefined, 'wrong-secret', JWT_SECRET]) {
+      const refused = await fetch(`${world.baseUrl}/internal/maintenance`, { method: 'POST', headers: auth ? { authorization: `Bearer ${auth}` } : {} })
+      expect(refused.status).toBe(404)
+    }
+    const ran = await fetch(`${world.baseUrl}/internal/maintenance`, { method: 'POST', headers: { authorization: `Bearer ${WORKER_SECRET}` } })
+    expect(ran.status).toBe(200)
+    expect(await ran.json()).toMatchObject({ removedUploads: 1, deletedFiles: expect.any(Number), measuredImages: 0 })
+    expect(existsSync(join(world.storageDir, 'uploads', ...old.key.split('/')))).toBe(false)
+  })
+
+  it('the worker measures stored images whose dimensions are unknown (as on Supabase, where Storage takes the PUT)', async () => {
+    const stored = await upload(alice, jpg(30, 20), 'image/jpeg', 'later.jpg')
+    await world.sql`update app.uploads set width = null, height = null, measured_at = null where key = ${stored.key}`
+    const todo = (await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'measure me', attachments: [stored.signed_id] } })).body
+    expect(todo.attachments[0]).toMatchObject({ width: null, height: null, aspect_ratio: null })
+    expect((await world.maintain()).measuredImages).toBe(1)
+    const again = await world.get(`/v1/todos/${todo.id}`, { auth: alice.api_key })
+    expect(again.body.attachments[0]).toMatchObject({ width: 30, height: 20, aspect_ratio: 1.5 })
+    expect((await world.maintain()).measuredImages).toBe(0)
+  })
+
   it('GET /files answers 404 for unknown or malformed keys', async () => {
     expect((await fetch(`${world.baseUrl}/files/00000000000000000000000000000000/none.png`)).status).toBe(404)
     expect((await fetch(`${world.baseUrl}/files/..%2F..%2Fsecrets.json`)).status).toBe(404)
@@ -297,14 +321,22 @@ describe('PATCH, deletion and cleanup', () => {
 
 describe('Supabase Storage adapter (against a local stand-in of the Storage API)', () => {
   it('signs uploads and downloads with the service role key', async () => {
-    const seen: { method?: string; url?: string; auth?: string; body: string }[] = []
+    const seen: { method?: string; url?: string; auth?: string; range?: string; body: string }[] = []
     const fake = createServer((req, res) => {
       let body = ''
       req.on('data', (d) => (body += d))
       req.on('end', () => {
-        seen.push({ method: req.method, url: req.url, auth: req.headers.authorization, body })
+        seen.push({ method: req.method, url: req.url, auth: req.headers.authorization, range: req.headers.range, body })
         res.setHeader('content-type', 'application/json')
-        if (req.url?.startsWith('/storage/v1/object/upload/sign/')) {
+        if (req.method === 'DELETE') {
+          res.end('[]')
+        } else if (req.method === 'GET' && req.url?.includes('missing')) {
+          res.statusCode = 400
+          res.end(JSON.stringify({ error: 'not found' }))
+        } else if (req.method === 'GET') {
+          res.setHeader('content-type', 'application/octet-stream')
+          res.end('IMAGEBYTES')
+        } else if (req.url?.startsWith('/storage/v1/object/upload/sign/')) {
           res.end(JSON.stringify({ url: `/object/upload/sign/uploads/abc/f.png?token=t0k`, token: 't0k' }))
         } else if (req.url?.includes('missing')) {
           res.statusCode = 400
@@ -330,6 +362,17 @@ describe('Supabase Storage adapter (against a local stand-in of the Storage API)
       expect(download.headers.get('location')).toBe(`http://127.0.0.1:${port}/storage/v1/object/sign/uploads/abc/f.png?token=d0wn`)
       expect(JSON.parse(seen[1]!.body)).toEqual({ expiresIn: 3600 })
       expect((await storage.fileResponse('missing/f.png')).status).toBe(404)
+
+      await storage.deleteFiles(['abc/f.png', 'def/g.jpg'])
+      const deletion = seen.find((r) => r.method === 'DELETE')!
+      expect(deletion).toMatchObject({ url: '/storage/v1/object/uploads', auth: 'Bearer service-key' })
+      expect(JSON.parse(deletion.body)).toEqual({ prefixes: ['abc/f.png', 'def/g.jpg'] })
+
+      const head = await storage.readStart('abc/f.png', 1024)
+      const read = seen.find((r) => r.method === 'GET')!
+      expect(read).toMatchObject({ url: '/storage/v1/object/authenticated/uploads/abc/f.png', range: 'bytes=0-1023' })
+      expect(Buffer.from(head!).toString()).toBe('IMAGEBYTES')
+      expect(await storage.readStart('missing/x.png', 10)).toBeNull()
     } finally {
       fake.close()
     }

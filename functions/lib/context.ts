@@ -15,6 +15,8 @@ export interface AppDeps {
   upgradeUrl: string
   /** Where uploads go: the local storage server, or Supabase Storage. */
   storage: FileStorage
+  /** Bearer secret of POST /internal/maintenance (pg_cron calls it on Supabase); unset: the route is off. */
+  workerSecret?: string
 }
 
 export interface AppEnv {

@@ -24,6 +24,10 @@ export interface FileStorage {
   signUpload(upload: UploadToSign): Promise<SignedUpload>
   /** The answer to GET /files/{key}: the file, or a redirect to it. */
   fileResponse(key: string): Promise<Response>
+  /** Deletes stored files; keys that are already gone are not an error. */
+  deleteFiles(keys: string[]): Promise<void>
+  /** The first `bytes` bytes of a stored file (to read image dimensions), or null when it is gone. */
+  readStart(key: string, bytes: number): Promise<Uint8Array | null>
 }
 
 const encoder = new TextEncoder()

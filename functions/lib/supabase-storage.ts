@@ -33,6 +33,21 @@ export function supabaseStorage(options: SupabaseStorageOptions): FileStorage {
       }
     },
 
+    async deleteFiles(keys: string[]): Promise<void> {
+      if (keys.length === 0) return
+      const response = await request(`${base}/object/${UPLOADS_BUCKET}`, { method: 'DELETE', headers, body: JSON.stringify({ prefixes: keys }) })
+      if (!response.ok) throw new Error(`Supabase Storage refused to delete files: ${response.status} ${await response.text()}`)
+    },
+
+    async readStart(key: string, bytes: number): Promise<Uint8Array | null> {
+      const response = await request(`${base}/object/authenticated/${objectPath(key)}`, {
+        headers: { ...headers, range: `bytes=0-${bytes - 1}` },
+      })
+      if (response.status === 400 || response.status === 404) return null
+      if (!response.ok) throw new Error(`Supabase Storage refused to read a file: ${response.status}`)
+      return new Uint8Array(await response.arrayBuffer())
+    },
+
     async fileResponse(key: string): Promise<Response> {
       const response = await request(`${base}/object/sign/${objectPath(key)}`, {
         method: 'POST',

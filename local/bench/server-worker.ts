@@ -2,6 +2,7 @@
 // functions/app.ts on @hono/node-server, as `npm start` serves it) or PostGraphile v5 over the
 // same api.* functions. Its own thread, so autocannon in the main thread does not share its
 // event loop. Protocol: posts {port} when listening; on 'stop' closes and posts 'stopped'.
+import type { FileStorage } from '../../functions/lib/storage.ts'
 import { createServer, type Server as HttpServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { parentPort, workerData } from 'node:worker_threads'
@@ -34,9 +35,11 @@ for (const method of ['error', 'log'] as const) {
 }
 
 /** The benchmark never uploads: a storage that refuses, for apps whose deps include one. */
-const noStorage = {
+const noStorage: FileStorage = {
   signUpload: async () => { throw new Error('the benchmark does not upload files') },
   fileResponse: async () => new Response('not found', { status: 404 }),
+  deleteFiles: async () => {},
+  readStart: async () => null,
 }
 
 async function startApi(): Promise<{ server: HttpServer; close: () => Promise<void> }> {

@@ -14,6 +14,7 @@ import { localStorage, runStorageMaintenance } from '../../local/storage.ts'
 import { databaseUrl } from './net.ts'
 
 export const JWT_SECRET = 'test-jwt-secret-that-is-long-enough-for-hs256'
+export const WORKER_SECRET = 'test-worker-secret'
 
 export interface CreatedUser {
   id: string
@@ -53,7 +54,7 @@ export async function startWorld() {
   let publicUrl = 'http://api.test'
   let server: ServerType | null = null
   const storage = localStorage({ dir: storageDir, get publicUrl() { return publicUrl }, jwtSecret: JWT_SECRET, sql })
-  const app = createApp({ sql, publicUrl: 'http://api.test', jwtSecret: JWT_SECRET, upgradeUrl: 'https://todo.test/upgrade', storage })
+  const app = createApp({ sql, publicUrl: 'http://api.test', jwtSecret: JWT_SECRET, upgradeUrl: 'https://todo.test/upgrade', storage, workerSecret: WORKER_SECRET })
   app.route('/', storage.routes)
   const baseUrl = await new Promise<string>((resolve) => {
     server = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0 }, (info) => resolve(`http://127.0.0.1:${info.port}`))
@@ -111,7 +112,7 @@ export async function startWorld() {
     realtime,
     storageDir,
     /** One pass of the storage worker (stale uploads, queued file deletions). */
-    maintain: (staleAfter?: string) => runStorageMaintenance(sql, storageDir, staleAfter),
+    maintain: (staleAfter?: string) => runStorageMaintenance(sql, storage, staleAfter),
     async close() {
       await realtime.close()
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()))

@@ -36,7 +36,10 @@ const storage = supabaseStorage({
   serviceRoleKey: env('SUPABASE_SERVICE_ROLE_KEY') ?? '',
 })
 
-const app = createApp({ sql, publicUrl, jwtSecret, upgradeUrl, storage }, { basePath: '/api' })
+// pg_cron calls POST /api/internal/maintenance with this secret (docs/deploy.md).
+const workerSecret = env('WORKER_SECRET')
+
+const app = createApp({ sql, publicUrl, jwtSecret, upgradeUrl, storage, workerSecret }, { basePath: '/api' })
 
 // PORT only for running it by hand or in test/deno.test.ts; the platform picks its own.
 const port = env('PORT')

@@ -1,0 +1,57 @@
+// The storage worker, the same on both platforms: removes uploads never attached within a
+// day, deletes the files the database queued (app.file_deletions), and measures images whose
+// dimensions are unknown (in production Storage receives the PUT, so nothing measured them).
+// `npm start` runs it every minute; on Supabase, pg_cron calls POST /internal/maintenance.
+import { imageSize } from 'image-size'
+import type { Sql } from 'postgres'
+import type { FileStorage } from './storage.ts'
+
+export interface MaintenanceResult {
+  removedUploads: number
+  deletedFiles: number
+  measuredImages: number
+}
+
+const BATCH = 100
+/** Enough of the file for the header of any image type image-size reads, EXIF included. */
+const IMAGE_HEAD_BYTES = 512 * 1024
+
+export async function runStorageMaintenance(sql: Sql, storage: FileStorage, staleAfter = '1 day'): Promise<MaintenanceResult> {
+  const [stale] = await sql`select app.remove_stale_uploads(${staleAfter}::interval) as removed`
+
+  let deletedFiles = 0
+  for (;;) {
+    // Locked for this worker (skip locked): the rows go only after storage deleted the files.
+    const batch = await sql.begin(async (tx) => {
+      const keys = (await tx`select app.take_file_deletions(${BATCH}) as key`).map((r) => r.key as string)
+      if (keys.length > 0) {
+        await storage.deleteFiles(keys)
+        await tx`select app.forget_file_deletions(${keys})`
+      }
+      return keys.length
+    })
+    deletedFiles += batch
+    if (batch < BATCH) break
+  }
+
+  let measuredImages = 0
+  const unmeasured = await sql`select key from app.unmeasured_images(${BATCH})`
+  for (const { key } of unmeasured) {
+    const head = await storage.readStart(key as string, IMAGE_HEAD_BYTES)
+    let width: number | null = null
+    let height: number | null = null
+    if (head) {
+      try {
+        const size = imageSize(head)
+        const turned = (size.orientation ?? 1) >= 5
+        width = (turned ? size.height : size.width) ?? null
+        height = (turned ? size.width : size.height) ?? null
+      } catch {
+        // Not readable as an image: recorded as measured, dimensions unknown.
+      }
+    }
+    await sql`select app.record_image_size(${key as string}, ${width}, ${height})`
+    measuredImages++
+  }
+  return { removedUploads: Number(stale?.removed ?? 0), deletedFiles, measuredImages }
+}
