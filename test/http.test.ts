@@ -92,6 +92,27 @@ describe('OpenAPI and docs', () => {
     expect(res.body.components.schemas.User.required).not.toContain('dismissed_time_zone')
   })
 
+  it('documents every /v1 route the app serves, with the same methods', async () => {
+    const doc = (await world.get('/v1/openapi.json')).body
+    const documented = Object.entries(doc.paths as Record<string, Record<string, unknown>>)
+      .flatMap(([path, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${path}`))
+    const expected = [
+      'POST /v1/todos', 'GET /v1/todos', 'GET /v1/todos/{todo_id}', 'PATCH /v1/todos/{todo_id}', 'DELETE /v1/todos/{todo_id}',
+      'GET /v1/todos/{todo_id}/deletion_preview', 'GET /v1/todos/{todo_id}/comments', 'GET /v1/timeline',
+      'GET /v1/users/{username}', 'GET /v1/users/me', 'PATCH /v1/users/me', 'GET /v1/users/{username}/todos', 'GET /v1/users/{username}/projects',
+      'GET /v1/projects', 'GET /v1/projects/{project_id}', 'GET /v1/projects/{project_id}/todos',
+      'GET /v1/search/todos', 'GET /v1/search/users', 'POST /v1/uploads',
+      'POST /v1/reactions', 'DELETE /v1/reactions/{reaction_id}',
+      'POST /v1/comments', 'PATCH /v1/comments/{comment_id}', 'DELETE /v1/comments/{comment_id}',
+      'POST /v1/reports', 'POST /v1/users/{user_id}/mute', 'DELETE /v1/users/{user_id}/mute',
+      'POST /v1/users/{user_id}/follow', 'DELETE /v1/users/{user_id}/follow', 'POST /v1/projects/{project_id}/follow', 'DELETE /v1/projects/{project_id}/follow',
+      'GET /v1/conversations', 'POST /v1/conversations', 'POST /v1/conversations/reading', 'GET /v1/conversations/{conversation_id}',
+      'GET /v1/conversations/{conversation_id}/messages', 'POST /v1/conversations/{conversation_id}/messages',
+      'POST /v1/conversations/{conversation_id}/reading', 'POST /v1/messages/{message_id}/reactions', 'DELETE /v1/messages/{message_id}/reactions/{content}',
+    ]
+    expect(documented.sort()).toEqual(expected.sort())
+  })
+
   it('GET /docs serves the interactive reference', async () => {
     const res = await fetch(world.baseUrl + '/docs')
     expect(res.status).toBe(200)
