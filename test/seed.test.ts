@@ -1,0 +1,65 @@
+// The benchmark's seed generator loads set-based with the row triggers off, so it computes
+// what the triggers would (mentions, owning project, local day, counters, streaks) itself.
+// This proves, on a small data set, that what it wrote equals what the triggers compute.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { seedDatabase } from '../local/bench/seed-data.ts'
+import { silentProgress } from '../local/bench/progress.ts'
+import { type TestWorld, startWorld } from './support/app.ts'
+
+let world: TestWorld
+
+beforeAll(async () => {
+  world = await startWorld()
+  await seedDatabase(world.sql, { users: 120, todos: 3000, seed: 7 }, silentProgress)
+}, 120_000)
+afterAll(() => world.close())
+
+const mismatches = async (query: string) => (await world.sql.unsafe(query)).length
+
+describe('seed generator', () => {
+  it('made the data set it was asked for', async () => {
+    const [row] = await world.sql`select (select count(*) from app.users)::int as users, (select count(*) from app.todos)::int as todos,
+                                         (select count(*) from app.reactions)::int as reactions, (select count(*) from app.comments)::int as comments`
+    expect(row!.users).toBeGreaterThanOrEqual(120)
+    expect(row!.todos).toBe(3000)
+    expect(row!.reactions).toBeGreaterThan(0)
+    expect(row!.comments).toBeGreaterThan(0)
+  })
+
+  it('counters equal the rows they count', async () => {
+    expect(await mismatches(`select 1 from app.users u where u.todos_count <> (select count(*) from app.todos t where t.user_id = u.id)`)).toBe(0)
+    expect(await mismatches(`select 1 from app.users u where u.followers_count <> (select count(*) from app.user_follows f where f.followee_id = u.id)`)).toBe(0)
+    expect(await mismatches(`select 1 from app.projects p where p.followers_count <> (select count(*) from app.project_follows f where f.project_id = p.id)`)).toBe(0)
+    expect(await mismatches(`select 1 from app.todos t where t.reactions_count <> (select count(*) from app.reactions r where r.todo_id = t.id)
+                                or t.comments_count <> (select count(*) from app.comments c where c.todo_id = t.id)`)).toBe(0)
+  })
+
+  it('local days, owning projects and mentions are what the triggers compute', async () => {
+    expect(await mismatches(`select 1 from app.todos t join app.users u on u.id = t.user_id
+                             where t.local_date <> (t.created_at at time zone u.time_zone)::date`)).toBe(0)
+    expect(await mismatches(`select 1 from app.todos t where t.project_id is distinct from (
+                               select p.id from app.extract_mentions(t.body, '#') tag
+                               join app.projects p on lower(p.hashtag) = tag.name
+                               join app.project_makers m on m.project_id = p.id and m.user_id = t.user_id and m.accepted
+                               order by tag.position limit 1)`)).toBe(0)
+    expect(await mismatches(`(select m.todo_id, m.project_id, m.position from app.todo_project_mentions m
+                              except select t.id, p.id, tag.position from app.todos t, app.extract_mentions(t.body, '#') tag
+                                     join app.projects p on lower(p.hashtag) = tag.name)
+                             union all
+                             (select t.id, p.id, tag.position from app.todos t, app.extract_mentions(t.body, '#') tag
+                                     join app.projects p on lower(p.hashtag) = tag.name
+                              except select m.todo_id, m.project_id, m.position from app.todo_project_mentions m)`)).toBe(0)
+    expect(await mismatches(`(select m.todo_id, m.user_id from app.todo_user_mentions m
+                              except select t.id, u.id from app.todos t, app.extract_mentions(t.body, '@') name join app.users u on lower(u.username) = name.name)
+                             union all
+                             (select t.id, u.id from app.todos t, app.extract_mentions(t.body, '@') name join app.users u on lower(u.username) = name.name
+                              except select m.todo_id, m.user_id from app.todo_user_mentions m)`)).toBe(0)
+  })
+
+  it('streaks are what app.refresh_streak computes', async () => {
+    const before = await world.sql`select id, streak_last_day::text, streak_length, best_streak from app.users order by id`
+    await world.sql`select app.refresh_streak(id) from app.users`
+    const after = await world.sql`select id, streak_last_day::text, streak_length, best_streak from app.users order by id`
+    expect(after).toEqual(before)
+  })
+})
