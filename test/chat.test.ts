@@ -197,14 +197,21 @@ describe('messages', () => {
     const image = new PNG({ width: 12, height: 9 })
     const file = PNG.sync.write(image)
     const checksum = createHash('md5').update(file).digest('base64')
-    const upload = (await world.post('/v1/uploads', { auth: a.api_key, json: { filename: 'pic.png', byte_size: file.length, checksum, content_type: 'image/png' } })).body
+    // A token with scope chat alone may upload what it sends.
+    const upload = (await world.post('/v1/uploads', { auth: a.token, json: { filename: 'pic.png', byte_size: file.length, checksum, content_type: 'image/png' } })).body
     expect((await fetch(upload.url, { method: 'PUT', headers: upload.headers, body: new Uint8Array(file) })).status).toBe(200)
     const res = await send(a, conversation, { attachment: upload.signed_id })
     expect(res.status).toBe(201)
     expect(res.body.body).toBe('')
-    expect(res.body.attachment).toEqual({
-      url: `http://api.test/files/${upload.key}`, mime_type: 'image/png', filename: 'pic.png', byte_size: file.length, width: 12, height: 9,
-    })
+    const attachment = { url: `http://api.test/files/${upload.key}`, mime_type: 'image/png', filename: 'pic.png', byte_size: file.length, width: 12, height: 9 }
+    expect(res.body.attachment).toEqual(attachment)
+    // The recipient sees it too, in the list and as the conversation's last message.
+    const seenByB = await world.get(`/v1/conversations/${conversation}/messages?limit=1`, { auth: b.token })
+    expect(seenByB.body.data[0].attachment).toEqual(attachment)
+    expect((await world.get(`/v1/conversations/${conversation}`, { auth: b.token })).body.last_message.attachment).toEqual(attachment)
+    // And so does message.created, broadcast at commit, when the attachment is in place.
+    const [broadcast] = await world.sql`select payload from realtime.messages where event = 'message.created' and payload ->> 'id' = ${res.body.id}`
+    expect(broadcast!.payload.attachment).toEqual(attachment)
 
     const doc = Buffer.from('text')
     const docUpload = (await world.post('/v1/uploads', { auth: a.api_key, json: { filename: 'a.txt', byte_size: doc.length, checksum: createHash('md5').update(doc).digest('base64'), content_type: 'text/plain' } })).body

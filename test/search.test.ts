@@ -124,6 +124,12 @@ describe('GET /v1/search/users', () => {
     }
   })
 
+  it('treats % and _ as the characters they are', async () => {
+    for (const query of ['%25', '_', '%25am']) {
+      expect(names(await world.get(`/v1/search/users?query=${query}`, { auth: token })), query).toEqual([])
+    }
+  })
+
   it('returns at most 10 and never yourself', async () => {
     const res = await world.get('/v1/search/users?query=s', { auth: token })
     expect(res.body.data).toHaveLength(10)

@@ -108,6 +108,15 @@ describe('policies, as a member', () => {
     expect(ok).toHaveLength(1)
   })
 
+  it('security-definer helpers act only for the requesting member', async () => {
+    await expect(asMember(world.sql, { sub: alice }, (tx) => tx`select * from app.open_conversation(${bob}, ${alice})`))
+      .rejects.toMatchObject({ code: '42501' })
+    await expect(asMember(world.sql, { sub: alice }, (tx) => tx`select app.unread_conversations(${bob})`))
+      .rejects.toMatchObject({ code: '42501' })
+    await expect(asMember(world.sql, { sub: alice }, (tx) => tx`select app.check_message_caps(${bob}, null::app.conversations)`))
+      .rejects.toMatchObject({ code: '42501' })
+  })
+
   it('anon has no way into the app schema', async () => {
     await expect(world.sql.begin(async (tx) => {
       await tx`set local role anon`

@@ -316,6 +316,10 @@ describe('PATCH, deletion and cleanup', () => {
   it('GET /files answers 404 for unknown or malformed keys', async () => {
     expect((await fetch(`${world.baseUrl}/files/00000000000000000000000000000000/none.png`)).status).toBe(404)
     expect((await fetch(`${world.baseUrl}/files/..%2F..%2Fsecrets.json`)).status).toBe(404)
+    // An invalid escape must not turn into a 500.
+    const malformed = await fetch(`${world.baseUrl}/files/%E0%A4`)
+    expect(malformed.status).toBe(404)
+    expect(await malformed.json()).toEqual({ error: 'No such file.' })
   })
 })
 

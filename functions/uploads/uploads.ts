@@ -27,7 +27,7 @@ export const uploads = createRouter(400).openapi(createUpload, async (c) => {
   if (!(ALLOWED_CONTENT_TYPES as readonly string[]).includes(contentType)) {
     throw new ApiError(400, `content_type ${JSON.stringify(input.content_type)} is not accepted; send an image, a video or a common document type.`)
   }
-  const recorded = JSON.parse((await callFor(c, 'api.upload_create', [input.filename, input.byte_size, checksumHex, contentType])) ?? 'null') as {
+  const recorded = JSON.parse((await callFor(c, 'api.upload_create', [input.filename, input.byte_size, checksumHex, contentType], 'upload')) ?? 'null') as {
     id: string
     key: string
     filename: string
@@ -51,7 +51,8 @@ export const uploads = createRouter(400).openapi(createUpload, async (c) => {
 
 /** GET /files/{key}: an attachment's file (or a redirect to it). The key is the capability. */
 uploads.get('/files/*', async (c) => {
-  const key = decodeURIComponent(c.req.path.slice('/files/'.length))
+  // c.req.path is already decoded; a key only ever holds [0-9a-f/A-Za-z._-], so anything else is no file.
+  const key = c.req.path.slice('/files/'.length)
   if (!/^[0-9a-f]{32}\/[A-Za-z0-9._-]{1,100}$/.test(key)) return c.json({ error: 'No such file.' }, 404)
   return await c.var.deps.storage.fileResponse(key)
 })
