@@ -27,11 +27,40 @@ describe('conventions, from the catalog', () => {
     expect(rows.map((r) => r.relname)).toEqual([])
   })
 
-  it('every function in app and api sets search_path to empty (so it is never inlined and never hijacked)', async () => {
+  it('every function in app and api sets search_path to empty (so it is never hijacked), except inlined expressions', async () => {
     const rows = await world.sql`
       select p.oid::regprocedure::text as fn from pg_proc p join pg_namespace n on n.oid = p.pronamespace
-      where n.nspname in ('app', 'api') and not coalesce('search_path=""' = any (p.proconfig), false)`
+      where n.nspname in ('app', 'api') and not coalesce('search_path=""' = any (p.proconfig), false)
+        and not coalesce(obj_description(p.oid, 'pg_proc') like 'Inlined %', false)`
     expect(rows.map((r) => r.fn)).toEqual([])
+  })
+
+  it('inlined expressions are SQL, run as the caller, read no table and are substituted into the calling statement', async () => {
+    const inlined = await world.sql`
+      select p.oid::regprocedure::text as fn, l.lanname, p.prosecdef, p.proconfig, p.prosrc
+      from pg_proc p join pg_namespace n on n.oid = p.pronamespace join pg_language l on l.oid = p.prolang
+      where n.nspname in ('app', 'api') and obj_description(p.oid, 'pg_proc') like 'Inlined %'`
+    expect(inlined.map((r) => r.fn).sort()).toEqual([
+      'app.default_header_color(uuid)',
+      'app.image_urls(text,text,text)',
+      'app.mentioned_project_json_body(app.projects,text)',
+      'app.mentioned_user_json_body(app.users,text)',
+      'app.project_json_body(app.projects,text,jsonb,jsonb,boolean)',
+      'app.reaction_json_body(app.reactions,jsonb)',
+      'app.to_public_id(text,uuid)',
+      'app.user_json_body(app.users,date,uuid,text,boolean,boolean)',
+    ])
+    for (const f of inlined) {
+      expect({ fn: f.fn, language: f.lanname, definer: f.prosecdef, config: f.proconfig, readsTables: /\bfrom\b/i.test(f.prosrc) })
+        .toEqual({ fn: f.fn, language: 'sql', definer: false, config: null, readsTables: false })
+    }
+    // Substituted: the plan shows the expression, not a call.
+    const [plan] = await world.sql`
+      explain (verbose, format json)
+      select app.user_json_body(u, current_date, null, 'http://x', true, false) from app.users u`
+    const output = JSON.stringify(plan!['QUERY PLAN'])
+    expect(output).toContain('jsonb_build_object')
+    expect(output).not.toContain('user_json_body')
   })
 
   it('every function in app and api has a comment that explains it', async () => {
@@ -106,6 +135,40 @@ describe('policies, as a member', () => {
       .rejects.toMatchObject({ code: '42501' })
     const ok = await asMember(world.sql, { sub: alice }, (tx) => tx`insert into app.user_follows (follower_id, followee_id) values (${alice}, ${bob}) returning 1`)
     expect(ok).toHaveLength(1)
+  })
+
+  it('the set renderers show a member exactly what the policies show, even given ids they may not see', async () => {
+    // bob goes private and posts a todo mentioning both projects; alice may see neither the
+    // todo nor the private project, whatever ids she hands the security-definer renderers.
+    await world.sql`update app.projects set hashtag = slug where slug in ('secret', 'open')`
+    const [todo] = await world.sql`
+      with private as (update app.users set privacy = 'private' where id = ${bob})
+      insert into app.todos (user_id, body) values (${bob}, 'Shipped #secret and #open') returning id`
+    const [secret] = await world.sql`select id from app.projects where slug = 'secret'`
+    try {
+      const asAlice = await asMember(world.sql, { sub: alice }, (tx) => tx`
+        select app.todos_json(array[${todo!.id}::uuid], true) as todos,
+               (select count(*)::int from app.todos where id = ${todo!.id}) as policy_todos,
+               (select count(*)::int from app.projects_json(array[${secret!.id}::uuid])) as projects`)
+      expect(asAlice[0]).toEqual({ todos: null, policy_todos: 0, projects: 0 })
+
+      const asBob = await asMember(world.sql, { sub: bob }, (tx) => tx`
+        select app.todos_json(array[${todo!.id}::uuid], true) as todos,
+               (select count(*)::int from app.projects_json(array[${secret!.id}::uuid])) as projects`)
+      const [rendered] = asBob[0]!.todos as { mentioned_projects: { slug: string }[], creator: { username: string } }[]
+      expect(rendered!.creator.username).toBe('bob')
+      expect(rendered!.mentioned_projects.map((m) => m.slug)).toEqual(['secret', 'open'])
+      expect(asBob[0]!.projects).toBe(1)
+
+      // Public again: alice sees the todo, but still not the private project it mentions.
+      await world.sql`update app.users set privacy = 'public' where id = ${bob}`
+      const again = await asMember(world.sql, { sub: alice }, (tx) => tx`select app.todos_json(array[${todo!.id}::uuid], false) as todos`)
+      const [seen] = again[0]!.todos as { mentioned_projects: { slug: string }[] }[]
+      expect(seen!.mentioned_projects.map((m) => m.slug)).toEqual(['open'])
+    } finally {
+      await world.sql`delete from app.todos where id = ${todo!.id}`
+      await world.sql`update app.users set privacy = 'public' where id = ${bob}`
+    }
   })
 
   it('security-definer helpers act only for the requesting member', async () => {
