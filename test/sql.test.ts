@@ -187,3 +187,96 @@ describe('policies, as a member', () => {
     })).rejects.toMatchObject({ code: '42501' })
   })
 })
+
+describe('todos carry their author\'s privacy (author_privacy), for a policy without lookups', () => {
+  it('the todos policy agrees with app.can_see_member_content for every privacy and follow state', async () => {
+    const created = await Promise.all(['dora', 'eve'].map((name) => world.createUser(name)))
+    expect(created).toHaveLength(2)
+    const members = await world.sql<{ id: string; username: string }[]>`
+      select id, username from app.users where username in ('alice', 'bob', 'dora', 'eve') order by username`
+    const [a, b, d, e] = members.map((m) => m.id)
+    const todos = await world.sql<{ id: string; user_id: string }[]>`
+      insert into app.todos (user_id, body) select id, 'visible to whom?' from app.users
+      where id in ${world.sql([a!, b!, d!, e!])} returning id, user_id`
+    try {
+      // alice follows dora; dora follows bob. Every privacy for every author.
+      await world.sql`insert into app.user_follows (follower_id, followee_id) values (${a!}, ${d!}), (${d!}, ${b!}) on conflict do nothing`
+      for (const privacy of ['public', 'protected', 'private']) {
+        await world.sql`update app.users set privacy = ${privacy} where id in ${world.sql([b!, d!, e!])}`
+        for (const viewer of [a!, b!, d!, e!]) {
+          const seen = await asMember(world.sql, { sub: viewer }, (tx) => tx<{ user_id: string }[]>`
+            select user_id from app.todos where id in ${tx(todos.map((t) => t.id))}`)
+          const rule = await world.sql<{ user_id: string }[]>`
+            select t.user_id from app.todos t
+            where t.id in ${world.sql(todos.map((t) => t.id))} and app.can_see_member_content(t.user_id, ${viewer})`
+          expect(seen.map((r) => r.user_id).sort(), `${privacy} as ${viewer}`).toEqual(rule.map((r) => r.user_id).sort())
+        }
+      }
+      // Spot checks of the rule itself: protected dora is seen by her follower alice, not by eve.
+      await world.sql`update app.users set privacy = 'protected' where id = ${d!}`
+      const alicesView = await asMember(world.sql, { sub: a! }, (tx) => tx`select count(*)::int as n from app.todos where user_id = ${d!}`)
+      const evesView = await asMember(world.sql, { sub: e! }, (tx) => tx`select count(*)::int as n from app.todos where user_id = ${d!}`)
+      expect([alicesView[0]!.n, evesView[0]!.n]).toEqual([1, 0])
+    } finally {
+      await world.sql`delete from app.todos where id in ${world.sql(todos.map((t) => t.id))}`
+      await world.sql`delete from app.user_follows where (follower_id, followee_id) in ((${a!}, ${d!}), (${d!}, ${b!}))`
+      await world.sql`update app.users set privacy = 'public' where id in ${world.sql([b!, d!, e!])}`
+    }
+  })
+
+  it('a privacy change reaches every todo of the author at once, without touching updated_at', async () => {
+    const [todo] = await world.sql<{ id: string; updated_at: Date }[]>`
+      insert into app.todos (user_id, body) values (${bob}, 'before the switch') returning id, updated_at`
+    try {
+      await world.sql`update app.users set privacy = 'private' where id = ${bob}`
+      const [row] = await world.sql`select author_privacy, updated_at from app.todos where id = ${todo!.id}`
+      expect(row!.author_privacy).toBe('private')
+      expect(row!.updated_at).toEqual(todo!.updated_at)
+      const seen = await asMember(world.sql, { sub: alice }, (tx) => tx`select count(*)::int as n from app.todos where id = ${todo!.id}`)
+      expect(seen[0]!.n).toBe(0)
+      // A todo posted while private carries it too.
+      const [later] = await world.sql`insert into app.todos (user_id, body) values (${bob}, 'while private') returning author_privacy`
+      expect(later!.author_privacy).toBe('private')
+    } finally {
+      await world.sql`delete from app.todos where user_id = ${bob}`
+      await world.sql`update app.users set privacy = 'public' where id = ${bob}`
+    }
+  })
+
+  it('a todo posted while its author changes privacy ends with the new privacy, whichever commits first', async () => {
+    for (const first of ['privacy change', 'todo insert'] as const) {
+      const privacyTx = await world.sql.reserve()
+      const todoTx = await world.sql.reserve()
+      try {
+        await privacyTx`begin`
+        await todoTx`begin`
+        let inserted: Promise<{ id: string }[]>
+        if (first === 'privacy change') {
+          await privacyTx`update app.users set privacy = 'private' where id = ${bob}`
+          // execute(): postgres.js sends a query only when awaited, unless told to now.
+          inserted = todoTx<{ id: string }[]>`insert into app.todos (user_id, body) values (${bob}, 'racing') returning id`.execute()
+          await new Promise((r) => setTimeout(r, 100)) // the insert waits for the author's row
+          await privacyTx`commit`
+          await inserted
+          await todoTx`commit`
+        } else {
+          inserted = todoTx<{ id: string }[]>`insert into app.todos (user_id, body) values (${bob}, 'racing') returning id`
+          await inserted
+          const changed = privacyTx`update app.users set privacy = 'private' where id = ${bob}`.execute()
+          await new Promise((r) => setTimeout(r, 100)) // the privacy change waits for the insert
+          await todoTx`commit`
+          await changed
+          await privacyTx`commit`
+        }
+        const [todo] = await inserted
+        const [row] = await world.sql`select author_privacy from app.todos where id = ${todo!.id}`
+        expect(row!.author_privacy, first).toBe('private')
+      } finally {
+        privacyTx.release()
+        todoTx.release()
+        await world.sql`delete from app.todos where user_id = ${bob}`
+        await world.sql`update app.users set privacy = 'public' where id = ${bob}`
+      }
+    }
+  })
+})

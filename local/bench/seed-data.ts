@@ -523,14 +523,16 @@ const STEPS: Step[] = [
     weight: (o) => o.todos / 73_000,
     run: async (ctx) => {
       const { tx, options: o } = ctx
-      // local_date: the creation moment in the author's zone (app.tg_todos__prepare).
+      // local_date: the creation moment in the author's zone; author_privacy: the author's
+      // privacy (both app.tg_todos__prepare).
       await chunked(ctx, o.todos, (from, to) => tx.unsafe(`
-        insert into app.todos (id, number, user_id, body, local_date, project_id, reactions_count, comments_count,
-                               created_at, updated_at)
+        insert into app.todos (id, number, user_id, body, local_date, author_privacy, project_id, reactions_count,
+                               comments_count, created_at, updated_at)
         overriding system value
-        select s.id, s.i, s.user_id, s.body, (s.created_at at time zone s.time_zone)::date, tp.project_id,
+        select s.id, s.i, s.user_id, s.body, (s.created_at at time zone s.time_zone)::date, u.privacy, tp.project_id,
                coalesce(rc.n, 0), coalesce(cc.n, 0), s.created_at, s.created_at
         from seed_todos s
+        join app.users u on u.id = s.user_id
         left join seed_todo_project tp on tp.todo_id = s.id
         left join seed_reaction_counts rc on rc.todo_id = s.id
         left join seed_comment_counts cc on cc.todo_id = s.id
