@@ -16,7 +16,8 @@
 //   --duration S          measured seconds per endpoint and target (default 10)
 //   --warmup S            unmeasured seconds before each (default 2)
 //   --connections N       concurrent connections (default 32)
-//   --pool N              database connections of each server and of the SQL run (default 20)
+//   --pool N              database connections of each server and of the SQL run (default: as
+//                         `npm start`, twice the cores, 4 to 20)
 //   --only TEXT           endpoints whose name contains TEXT (repeatable)
 //   --targets LIST        of api,sql,postgraphile,postgrest (default: all)
 //   --skip-scale          no small data set
@@ -32,7 +33,7 @@ import postgres, { type Sql } from 'postgres'
 import { callApi, type Credential } from '../functions/lib/db.ts'
 import { createSql } from '../functions/lib/sql.ts'
 import { randomToken, sha256Hex } from '../functions/lib/tokens.ts'
-import { readConfig, type Config } from './config.ts'
+import { databasePoolSize, readConfig, type Config } from './config.ts'
 import { databaseUrl, ensureDatabase, migrateDatabase, openServer } from './bench/databases.ts'
 import { ENDPOINTS, WRITE_TARGETS_PER_CONNECTION, type Call, type Endpoint } from './bench/endpoints.ts'
 import { runHttp, runSql, type HttpRequest, type Measurement } from './bench/load.ts'
@@ -96,7 +97,7 @@ function parseOptions(argv: string[]): Options {
     duration: num('duration', values.duration, 10, 1),
     warmup: num('warmup', values.warmup, 2),
     connections: Math.round(num('connections', values.connections, 32, 1)),
-    pool: Math.round(num('pool', values.pool, 20, 1)),
+    pool: Math.round(num('pool', values.pool, databasePoolSize(), 1)),
     only: values.only ?? [],
     targets,
     reseed: Boolean(values.reseed),

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { serve } from '@hono/node-server'
 import { createApp } from '../functions/app.ts'
 import { createSql } from '../functions/lib/sql.ts'
-import { readConfig } from './config.ts'
+import { databasePoolSize, readConfig } from './config.ts'
 import { openDatabase } from './database.ts'
 import { migrate } from './migrate.ts'
 import { startRealtimeGateway } from './realtime.ts'
@@ -12,7 +12,7 @@ import { localStorage, runStorageMaintenance } from './storage.ts'
 
 const config = readConfig()
 const database = await openDatabase(config)
-const sql = createSql(database.url, { max: 20 })
+const sql = createSql(database.url, { max: databasePoolSize() })
 const applied = await migrate(sql)
 if (applied.length > 0) console.log(`Applied ${applied.length} migration(s): ${applied.join(', ')}`)
 

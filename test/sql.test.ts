@@ -87,6 +87,13 @@ describe('conventions, from the catalog', () => {
     expect(rows.map((r) => r.fn)).toEqual([])
   })
 
+  it('set-returning helpers tell the planner how few rows they return (mentions are then looked up by index)', async () => {
+    const rows = await world.sql`
+      select p.oid::regprocedure::text as fn, p.prorows::int as rows from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+      where n.nspname = 'app' and p.proname = 'extract_mentions'`
+    expect(rows).toEqual([{ fn: 'app.extract_mentions(text,text)', rows: 4 }])
+  })
+
   it('every foreign key says what happens on delete, and has an index leading with its columns', async () => {
     const fks = await world.sql`
       select c.conname, c.confdeltype,
