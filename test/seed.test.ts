@@ -30,6 +30,8 @@ describe('seed generator', () => {
     expect(await mismatches(`select 1 from app.users u where u.todos_count <> (select count(*) from app.todos t where t.user_id = u.id)`)).toBe(0)
     expect(await mismatches(`select 1 from app.users u where u.followers_count <> (select count(*) from app.user_follows f where f.followee_id = u.id)`)).toBe(0)
     expect(await mismatches(`select 1 from app.projects p where p.followers_count <> (select count(*) from app.project_follows f where f.project_id = p.id)`)).toBe(0)
+    expect(await mismatches(`select 1 from app.todo_totals tt where tt.todos <> (select count(*) from app.todos t
+                             where t.author_privacy = tt.privacy and app.todo_total_shard(t.user_id) = tt.shard)`)).toBe(0)
     expect(await mismatches(`select 1 from app.todos t where t.reactions_count <> (select count(*) from app.reactions r where r.todo_id = t.id)
                                 or t.comments_count <> (select count(*) from app.comments c where c.todo_id = t.id)`)).toBe(0)
   })

@@ -56,6 +56,7 @@ describe('conventions, from the catalog', () => {
       'app.public_url()',
       'app.reaction_json_body(app.reactions,jsonb)',
       'app.to_public_id(text,uuid)',
+      'app.todo_total_shard(uuid)',
       'app.user_json_body(app.users,date,uuid,text,boolean,boolean)',
     ])
     for (const f of inlined) {
@@ -245,6 +246,48 @@ describe('todos carry their author\'s privacy (author_privacy), for a policy wit
       await world.sql`delete from app.todos where id in ${world.sql(todos.map((t) => t.id))}`
       await world.sql`delete from app.user_follows where (follower_id, followee_id) in ((${a!}, ${d!}), (${d!}, ${b!}))`
       await world.sql`update app.users set privacy = 'public' where id in ${world.sql([b!, d!, e!])}`
+    }
+  })
+
+  it('the unfiltered total of GET /v1/todos equals count(*) of what each viewer sees, through posts, deletions, privacy changes and mutes', async () => {
+    const members = await world.sql<{ id: string }[]>`select id from app.users order by username`
+    const ids = members.map((m) => m.id)
+    const inserted = await world.sql<{ id: string }[]>`
+      insert into app.todos (user_id, body) select u.id, 'counted ' || g from app.users u, generate_series(1, 3) g returning id`
+    const check = async (label: string) => {
+      for (const viewer of ids) {
+        const [row] = await asMember(world.sql, { sub: viewer }, (tx) => tx`
+          select app.visible_todos_total()::int as total,
+                 (select count(*)::int from app.todos t
+                  where not exists (select 1 from app.mutes m where m.user_id = ${viewer} and m.muted_user_id = t.user_id)) as counted`)
+        expect(row!.total, `${label}, viewer ${viewer}`).toBe(row!.counted)
+      }
+    }
+    try {
+      await check('public')
+      await world.sql`update app.users set privacy = 'protected' where id = ${ids[1]!}`
+      await world.sql`update app.users set privacy = 'private' where id = ${ids[2]!}`
+      await world.sql`insert into app.user_follows (follower_id, followee_id) values (${ids[0]!}, ${ids[1]!}) on conflict do nothing`
+      await check('protected and private')
+      await world.sql`insert into app.mutes (user_id, muted_user_id) values (${ids[0]!}, ${ids[1]!}), (${ids[0]!}, ${ids[3]!}), (${ids[3]!}, ${ids[2]!})`
+      await check('muted')
+      await world.sql`delete from app.todos where id = ${inserted[0]!.id}`
+      await world.sql`update app.users set privacy = 'public' where id = ${ids[2]!}`
+      await check('after a deletion and a privacy change back')
+      // One statement that changes a member's privacy and posts for them: both triggers agree.
+      const [both] = await world.sql<{ id: string }[]>`
+        with private as (update app.users set privacy = 'private' where id = ${ids[3]!})
+        insert into app.todos (user_id, body) values (${ids[3]!}, 'posted while going private') returning id`
+      inserted.push(both!)
+      await check('privacy change and post in one statement')
+      const [totals] = await world.sql`
+        select (select sum(todos)::int from app.todo_totals) as kept, (select count(*)::int from app.todos) as counted`
+      expect(totals!.kept).toBe(totals!.counted)
+    } finally {
+      await world.sql`delete from app.mutes where user_id in ${world.sql(ids)}`
+      await world.sql`delete from app.user_follows where follower_id = ${ids[0]!} and followee_id = ${ids[1]!}`
+      await world.sql`delete from app.todos where id in ${world.sql(inserted.map((t) => t.id))}`
+      await world.sql`update app.users set privacy = 'public' where id in ${world.sql(ids)}`
     }
   })
 

@@ -579,6 +579,13 @@ const STEPS: Step[] = [
         update app.projects p set followers_count = f.n
         from (select project_id, count(*)::int as n from app.project_follows group by project_id) f
         where p.id = f.project_id`)
+      // The totals per author privacy (app.tg_todos__count_and_streak).
+      await tx.unsafe(`
+        update app.todo_totals tt set todos = coalesce(c.n, 0)
+        from app.todo_totals k
+        left join (select t.author_privacy, app.todo_total_shard(t.user_id) as shard, count(*) as n
+                   from app.todos t group by 1, 2) c on c.author_privacy = k.privacy and c.shard = k.shard
+        where tt.privacy = k.privacy and tt.shard = k.shard`)
     },
   },
   {
