@@ -235,6 +235,17 @@ async function chunked(ctx: Ctx, total: number, run: (from: number, to: number) 
   }
 }
 
+/**
+ * app.todo_totals recounted from the todos, as app.tg_todos__count_and_streak keeps them: for
+ * the seed (which writes with triggers off) and for the small data set cut from it.
+ */
+export const RECOUNT_TODO_TOTALS = `
+  update app.todo_totals tt set todos = coalesce(c.n, 0)
+  from app.todo_totals k
+  left join (select t.author_privacy, app.todo_total_shard(t.user_id) as shard, count(*) as n
+             from app.todos t group by 1, 2) c on c.author_privacy = k.privacy and c.shard = k.shard
+  where tt.privacy = k.privacy and tt.shard = k.shard`
+
 const STEPS: Step[] = [
   {
     label: 'prepare: drop secondary indexes of bulk tables',
@@ -579,13 +590,7 @@ const STEPS: Step[] = [
         update app.projects p set followers_count = f.n
         from (select project_id, count(*)::int as n from app.project_follows group by project_id) f
         where p.id = f.project_id`)
-      // The totals per author privacy (app.tg_todos__count_and_streak).
-      await tx.unsafe(`
-        update app.todo_totals tt set todos = coalesce(c.n, 0)
-        from app.todo_totals k
-        left join (select t.author_privacy, app.todo_total_shard(t.user_id) as shard, count(*) as n
-                   from app.todos t group by 1, 2) c on c.author_privacy = k.privacy and c.shard = k.shard
-        where tt.privacy = k.privacy and tt.shard = k.shard`)
+      await tx.unsafe(RECOUNT_TODO_TOTALS)
     },
   },
   {

@@ -6,11 +6,11 @@
 //
 // Built as CREATE DATABASE … TEMPLATE (a file copy), then the other todos are deleted with
 // triggers off, rows that pointed at them are deleted by following every foreign key into
-// app.todos and app.comments, the counters are recomputed, and VACUUM FULL shrinks the tables.
+// app.todos and app.comments, the counters and totals are recomputed, and VACUUM FULL shrinks the tables.
 import postgres, { type Sql } from 'postgres'
 import { databaseUrl } from './databases.ts'
 import type { Progress } from './progress.ts'
-import { SEED_FORMAT, type Fixture } from './seed-data.ts'
+import { RECOUNT_TODO_TOTALS, SEED_FORMAT, type Fixture } from './seed-data.ts'
 
 const uuidOf = (publicId: string) => publicId.replace(/^[a-z]+_/, '').replace(/^(.{8})(.{4})(.{4})(.{4})(.{12})$/, '$1-$2-$3-$4-$5')
 
@@ -113,6 +113,7 @@ export async function deriveSubset(serverUrl: string, large: { name: string; fix
         left join todo_counts tc on tc.user_id = u2.id
         left join streaks s on s.user_id = u2.id
         where u.id = u2.id`)
+      await tx.unsafe(RECOUNT_TODO_TOTALS)
     })
 
     progress.step('vacuum full (shrink the tables)', 3)
