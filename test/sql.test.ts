@@ -42,7 +42,6 @@ describe('conventions, from the catalog', () => {
       where n.nspname in ('app', 'api') and obj_description(p.oid, 'pg_proc') like 'Inlined %'`
     expect(inlined.map((r) => r.fn).sort()).toEqual([
       'app.can_chat()',
-      'app.can_see_comment(uuid,uuid,uuid)',
       'app.can_see_project(uuid,app.privacy,uuid)',
       'app.can_write()',
       'app.claims()',
@@ -79,6 +78,12 @@ describe('conventions, from the catalog', () => {
       const name = f.fn.replace(/^app\./, '').replace(/\(.*$/, '')
       expect(lines.join('\n'), f.fn).not.toContain(`${name}(`)
     }
+    // And in the policies that call them with (select auth.uid()), which only a body naming the
+    // viewer once can take: the projects policy shows the rule, not the function.
+    const policyPlan = await asMember(world.sql, { sub: alice }, (tx) => tx`explain verbose select id from app.projects`)
+    const policyText = policyPlan.map((r) => r['QUERY PLAN']).join('\n')
+    expect(policyText).toContain('is_project_insider(')
+    expect(policyText).not.toContain('can_see_project(')
   })
 
   it('every function in app and api has a comment that explains it', async () => {
@@ -307,6 +312,34 @@ describe('todos carry their author\'s privacy (author_privacy), for a policy wit
     } finally {
       await world.sql`delete from app.todos where user_id = ${bob}`
       await world.sql`update app.users set privacy = 'public' where id = ${bob}`
+    }
+  })
+
+  it('deleting a todo takes its author\'s row before the todo, the order a privacy change uses (no deadlock)', async () => {
+    const [todo] = await world.sql<{ id: string }[]>`insert into app.todos (user_id, body) values (${bob}, 'to delete') returning id`
+    const holder = await world.sql.reserve()
+    const deleter = await world.sql.reserve()
+    try {
+      // Someone holds bob's row, as a privacy change does while it updates his todos.
+      await holder`begin`
+      await holder`select 1 from app.users where id = ${bob} for no key update`
+      await deleter`begin`
+      await deleter`select set_config('role', 'authenticated', true), set_config('request.jwt.claims', ${JSON.stringify({ sub: bob, role: 'authenticated', can_write: true })}, true)`
+      const deleting = deleter`select api.todo_delete(${'todo_' + todo!.id.replace(/-/g, '')})`.execute()
+      await new Promise((r) => setTimeout(r, 150))
+      // The deletion waits for bob's row and has not locked the todo yet.
+      const free = await world.sql`select id from app.todos where id = ${todo!.id} for update nowait`
+      expect(free).toHaveLength(1)
+      await holder`commit`
+      await deleting
+      await deleter`commit`
+      expect(await world.sql`select 1 from app.todos where id = ${todo!.id}`).toHaveLength(0)
+    } finally {
+      await holder`rollback`.catch(() => {})
+      await deleter`rollback`.catch(() => {})
+      holder.release()
+      deleter.release()
+      await world.sql`delete from app.todos where id = ${todo!.id}`
     }
   })
 
