@@ -296,6 +296,18 @@ describe('todos carry their author\'s privacy (author_privacy), for a policy wit
     }
   })
 
+  it('a todo keeps its author, even for the operator (counters, privacy and totals are per author)', async () => {
+    const [todo] = await world.sql<{ id: string }[]>`insert into app.todos (user_id, body) values (${bob}, 'mine') returning id`
+    try {
+      await expect(world.sql`update app.todos set user_id = ${alice} where id = ${todo!.id}`).rejects.toMatchObject({ code: '23514' })
+      await world.sql`update app.todos set user_id = ${bob}, body = 'still mine' where id = ${todo!.id}`
+      const [row] = await world.sql`select user_id, body from app.todos where id = ${todo!.id}`
+      expect(row).toEqual({ user_id: bob, body: 'still mine' })
+    } finally {
+      await world.sql`delete from app.todos where id = ${todo!.id}`
+    }
+  })
+
   it('a privacy change reaches every todo of the author at once, without touching updated_at', async () => {
     const [todo] = await world.sql<{ id: string; updated_at: Date }[]>`
       insert into app.todos (user_id, body) values (${bob}, 'before the switch') returning id, updated_at`
