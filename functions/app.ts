@@ -3,7 +3,8 @@
 import { OpenAPIHono } from '@hono/zod-openapi'
 import { Scalar } from '@scalar/hono-api-reference'
 import type { AppDeps, AppEnv } from './lib/context.ts'
-import { credentials } from './lib/auth.ts'
+import { bodyLimit } from 'hono/body-limit'
+import { credentials, refuseUnknownCredential } from './lib/auth.ts'
 import { errorResponse } from './lib/errors.ts'
 import { runStorageMaintenance } from './lib/maintenance.ts'
 import { users } from './users/users.ts'
@@ -20,6 +21,9 @@ import { uploads } from './uploads/uploads.ts'
 export type { AppDeps } from './lib/context.ts'
 
 export const API_VERSION = '1.4.0'
+
+/** The largest JSON or form body the API reads (413 above it); files go to storage, not here. */
+export const MAX_BODY_BYTES = 1024 * 1024
 
 export interface AppOptions {
   /** Prefix the platform puts before /v1: `/api` for the Supabase Edge Function. */
@@ -60,6 +64,13 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
     c.set('deps', deps)
     await next()
   })
+  // Before anything reads the body: a declared Content-Length over the limit is refused
+  // unread, a chunked body is counted as it arrives and dropped once it passes the limit.
+  app.use('/v1/*', bodyLimit({
+    maxSize: MAX_BODY_BYTES,
+    // The rest of the body is never read: the connection closes after the answer.
+    onError: (c) => c.json({ error: `The request body is larger than the limit of ${MAX_BODY_BYTES} bytes (1 MiB).` }, 413, { connection: 'close' }),
+  }))
   app.use('/v1/*', credentials)
 
   app.route('/', users)
@@ -108,7 +119,7 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
     }
     return c.json({ error: `No route matches ${c.req.method} ${path}.` }, 404)
   })
-  app.onError((err, c) => errorResponse(err, c, deps.upgradeUrl))
+  app.onError((err, c) => errorResponse(err, c, deps.upgradeUrl, () => refuseUnknownCredential(c)))
 
   return app
 }

@@ -1,6 +1,7 @@
 // The environment of DESIGN.md section 2, read and checked once.
 import { availableParallelism } from 'node:os'
 import { resolve } from 'node:path'
+import { statementTimeoutFrom } from '../functions/lib/sql.ts'
 import { loadSecrets } from './secrets.ts'
 
 export interface Config {
@@ -14,6 +15,8 @@ export interface Config {
   jwtSecret: string
   postgresPassword: string
   upgradeUrl: string
+  /** statement_timeout of the API's connections (STATEMENT_TIMEOUT_MS, default 5 s; 0: none). */
+  statementTimeoutMs: number
 }
 
 function integer(name: string, value: string | undefined, fallback: number): number {
@@ -39,6 +42,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): Config {
     jwtSecret: env.JWT_SECRET || secrets.jwtSecret,
     postgresPassword: secrets.postgresPassword,
     upgradeUrl: env.UPGRADE_URL || `${publicUrl}/upgrade`,
+    statementTimeoutMs: statementTimeoutFrom(env.STATEMENT_TIMEOUT_MS),
   }
 }
 

@@ -35,6 +35,8 @@ export async function migrate(sql: Sql, options: { shim?: boolean } = {}): Promi
   try {
     await reserved`select pg_advisory_lock(hashtext('todo-sharing-service migrations'))`
     await reserved.unsafe(`set client_min_messages = warning`)
+    // Migrations may run longer than a request may; the pool's timeout comes back below.
+    await reserved.unsafe(`set statement_timeout = 0`)
     if (options.shim ?? true) await applyPlatformShim(reserved as unknown as Sql)
     await reserved.unsafe(`
       create schema if not exists supabase_migrations;
@@ -61,6 +63,7 @@ export async function migrate(sql: Sql, options: { shim?: boolean } = {}): Promi
     }
   } finally {
     await reserved`select pg_advisory_unlock(hashtext('todo-sharing-service migrations'))`.catch(() => {})
+    await reserved.unsafe(`reset statement_timeout; reset client_min_messages`).catch(() => {})
     reserved.release()
   }
   return applied

@@ -12,7 +12,7 @@ import { localStorage, runStorageMaintenance } from './storage.ts'
 
 const config = readConfig()
 const database = await openDatabase(config)
-const sql = createSql(database.url, { max: databasePoolSize() })
+const sql = createSql(database.url, { max: databasePoolSize(), statementTimeoutMs: config.statementTimeoutMs })
 const applied = await migrate(sql)
 if (applied.length > 0) console.log(`Applied ${applied.length} migration(s): ${applied.join(', ')}`)
 

@@ -1,10 +1,10 @@
 import { createRoute, z } from '@hono/zod-openapi'
-import { CommentSchema, NoContent, PaginationQuery, Params, errors, jsonContent, paginated } from '../lib/schemas.ts'
+import { CommentSchema, NoContent, PaginationQuery, Params, errors, idList, jsonContent, paginated } from '../lib/schemas.ts'
 
 const CommentParam = z.object({
   comment_id: z.string().min(1).openapi({ param: { name: 'comment_id', in: 'path' }, description: 'comm_ ID.' }),
 })
-const signedIds = (field: string) => z.array(z.string({ error: `${field} must be an array of strings` }), { error: `${field} must be an array of strings` })
+const signedIds = idList
 
 export const CreateCommentBody = z.object({
   commentable_type: z.string({ error: 'commentable_type is required' }).openapi({ description: 'Only `Todo`.', example: 'Todo' }),

@@ -2,8 +2,9 @@
 // whether a key exists, a token was revoked or a subscription lapsed is decided in the same
 // SQL statement as the endpoint (app.authenticate).
 import type { MiddlewareHandler } from 'hono'
-import type { Credential } from './db.ts'
-import type { AppEnv } from './context.ts'
+import { type Credential, assertCredentialAllows } from './db.ts'
+import { accessOf } from './access.ts'
+import type { AppContext, AppEnv } from './context.ts'
 import { ApiError } from './errors.ts'
 import { API_KEY_PREFIX, sha256Hex, verifyAccessToken } from './tokens.ts'
 
@@ -39,4 +40,17 @@ export const credentials: MiddlewareHandler<AppEnv> = async (c, next) => {
   }
   c.set('credential', credential)
   await next()
+}
+
+/**
+ * Throws the 403/401 the request would get from its credential: unknown key, revoked token,
+ * lapsed account, or a credential that may not use this route (read-only key on a write,
+ * missing scope). Called only before an input error is answered: input is validated before
+ * the database decides on the credential (one round trip per request), so without this a
+ * made-up `svc_sk_…` key would be told our input rules, and a read-only key would get 422
+ * where SPEC says 403.
+ */
+export async function refuseUnknownCredential(c: AppContext): Promise<void> {
+  const credential = c.get('credential')
+  if (credential) await assertCredentialAllows(c.var.deps.sql, credential, accessOf(c))
 }

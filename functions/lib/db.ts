@@ -57,3 +57,11 @@ export async function callApi(sql: Sql, context: CallContext, fn: string, args: 
   const rows = await sql.unsafe(statementFor(fn, args.length), params as never[], { prepare: true })
   return (rows[0]?.body as string | null | undefined) ?? null
 }
+
+/**
+ * Raises the 403/401 a request with this credential would get for `access`, or returns. Asked
+ * only on the way to an input error, so valid requests never pay this round trip.
+ */
+export async function assertCredentialAllows(sql: Sql, credential: Credential, access: Access): Promise<void> {
+  await sql.unsafe(`select app.authenticate($1::jsonb, $2::text)`, [credential, access] as never[], { prepare: true })
+}

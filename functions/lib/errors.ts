@@ -87,11 +87,41 @@ export function describeError(err: unknown, upgradeUrl: string): ErrorBody {
   }
   if (status === 401) body.upgrade_url = upgradeUrl
   if (status === 429 && !headers['Retry-After']) headers['Retry-After'] = '60'
+  // A cancelled statement (timeout) or a lost race is worth retrying, shortly.
+  if (status === 503 && !headers['Retry-After']) headers['Retry-After'] = String(RETRY_AFTER_UNAVAILABLE_SECONDS)
   return { status, body, headers }
 }
 
-/** The Hono error handler: logs what is ours to fix, answers JSON always. */
-export function errorResponse(err: unknown, c: Context, upgradeUrl: string): Response {
+/** Retry-After of a 503: a statement cancelled by its timeout, a serialization failure, a deadlock. */
+export const RETRY_AFTER_UNAVAILABLE_SECONDS = 2
+
+/**
+ * Whether an error is about the request's input, found before the database was asked: these
+ * are shown only to a credential that exists (see errorResponse).
+ */
+export function isInputError(err: unknown): boolean {
+  if (err instanceof ApiError) return err.status === 400 || err.status === 422
+  return err instanceof HTTPException && (err.status === 400 || err.status === 415)
+}
+
+/**
+ * The Hono error handler: logs what is ours to fix, answers JSON always. `beforeInputError`
+ * runs before an input error is shown and may throw what should be answered instead (a
+ * credential that does not exist gets its 403, not our validation rules).
+ */
+export async function errorResponse(
+  err: unknown,
+  c: Context,
+  upgradeUrl: string,
+  beforeInputError?: () => Promise<void>,
+): Promise<Response> {
+  if (beforeInputError && isInputError(err)) {
+    try {
+      await beforeInputError()
+    } catch (refusal) {
+      err = refusal
+    }
+  }
   const { status, body, headers } = describeError(err, upgradeUrl)
   if (status >= 500) console.error(err)
   return c.json(body, status as 500, headers)

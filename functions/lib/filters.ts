@@ -80,8 +80,24 @@ export function todoFilters(query: TodoFilterQuery): Record<string, unknown> {
   const filters: Record<string, unknown> = {}
   if (query.since !== undefined && query.since !== '') filters.since = parseMoment('since', query.since)
   if (query.until !== undefined && query.until !== '') filters.until = parseMoment('until', query.until)
-  if (query.query !== undefined && query.query.trim() !== '') filters.query = query.query
+  if (query.query !== undefined && query.query.trim() !== '') filters.query = fullTextQuery(query.query)
   return filters
+}
+
+/** The most words and characters a full-text `query` may have (400 above). */
+export const MAX_QUERY_TERMS = 16
+export const MAX_QUERY_CHARACTERS = 256
+
+/**
+ * A full-text query within its limits, or 400. Every word becomes a prefix match ANDed with
+ * the others, so thousands of words made one request scan for seconds (issue 11).
+ */
+export function fullTextQuery(raw: string): string {
+  const terms = raw.trim() === '' ? 0 : raw.trim().split(/\s+/).length
+  if (raw.length > MAX_QUERY_CHARACTERS || terms > MAX_QUERY_TERMS) {
+    throw new ApiError(400, `query may have at most ${MAX_QUERY_TERMS} terms and ${MAX_QUERY_CHARACTERS} characters; got ${terms} terms and ${raw.length} characters.`)
+  }
+  return raw
 }
 
 /** Whether `expand=reactions` (or `expand[]=reactions`, repeated or comma-separated) was asked. */

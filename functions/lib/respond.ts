@@ -4,17 +4,18 @@ import type { Access } from './db.ts'
 import { callApi } from './db.ts'
 import type { AppContext } from './context.ts'
 import { ApiError } from './errors.ts'
+import { accessOf } from './access.ts'
 
 /** The one SQL call of a request, returning the function's JSON text. */
 export async function callFor(c: AppContext, fn: string, args: unknown[], access?: Access): Promise<string | null> {
   const credential = c.var.credential
   if (!credential) throw new ApiError(403, 'Authentication required: send an API key or an OAuth access token.')
   const { sql, publicUrl } = c.var.deps
-  return await callApi(sql, { credential, access: access ?? (c.req.method === 'GET' ? 'read' : 'write'), publicUrl }, fn, args)
+  return await callApi(sql, { credential, access: access ?? accessOf(c), publicUrl }, fn, args)
 }
 
 export interface RespondOptions {
-  /** Defaults to read for GET, write otherwise. */
+  /** Defaults to the route's row of the authorization table (functions/lib/access.ts). */
   access?: Access
   /** Success status; 204 sends no body. */
   status?: 200 | 201 | 204

@@ -2,6 +2,7 @@
 // sentence that names the field (SPEC section 7), never zod's raw issue list.
 import { OpenAPIHono } from '@hono/zod-openapi'
 import type { AppEnv } from './context.ts'
+import { refuseUnknownCredential } from './auth.ts'
 
 interface Issue {
   path: PropertyKey[]
@@ -18,8 +19,10 @@ export function describeIssue(issue: Issue): string {
 /** A router whose invalid input answers `validationStatus` (422; SPEC wants 400 for uploads). */
 export function createRouter(validationStatus: 400 | 422 = 422) {
   return new OpenAPIHono<AppEnv>({
-    defaultHook: (result, c) => {
+    defaultHook: async (result, c) => {
       if (!result.success) {
+        // A credential that does not exist gets its 403, not our input rules.
+        await refuseUnknownCredential(c)
         const issue = result.error.issues[0] as Issue
         return c.json({ error: describeIssue(issue) }, validationStatus)
       }

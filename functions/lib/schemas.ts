@@ -191,6 +191,14 @@ export const TodoSchema = z
   })
   .openapi('Todo')
 
+/** The most IDs one request may send in an array (attachments, remove_attachment_ids, project_ids). */
+export const MAX_IDS_PER_REQUEST = 20
+
+/** An array of IDs in a request body: strings, at most MAX_IDS_PER_REQUEST (422 above). */
+export const idList = (field: string) =>
+  z.array(z.string({ error: `${field} must be an array of strings` }), { error: `${field} must be an array of strings` })
+    .max(MAX_IDS_PER_REQUEST, { error: `${field} may hold at most ${MAX_IDS_PER_REQUEST} items` })
+
 /** Query parameters of every todo list (SPEC "Todo filter parameters" and "Expansion"). */
 export const TodoListQuery = PaginationQuery.extend({
   since: z.string().optional().openapi({ description: 'Created at or after: Unix seconds or milliseconds, YYYY, YYYY-MM, YYYY-MM-DD or ISO 8601. Dates and times without a zone are in your time zone.' }),

@@ -8,6 +8,24 @@ export interface SqlOptions {
   prepare?: boolean
   /** Called with the text of every statement sent (tests count round trips with it). */
   onQuery?: (statement: string) => void
+  /**
+   * statement_timeout of every statement on the pool's connections, in milliseconds (0: none).
+   * Sent as a startup parameter, so it is the session's own setting before any statement runs:
+   * PostgreSQL arms the timer when a statement starts, which is why setting it inside the
+   * request's statement (or per role, when the role is switched inside it) would never apply.
+   */
+  statementTimeoutMs?: number
+}
+
+/** How long one request's statement may run unless STATEMENT_TIMEOUT_MS says otherwise. */
+export const DEFAULT_STATEMENT_TIMEOUT_MS = 5_000
+
+/** STATEMENT_TIMEOUT_MS as milliseconds: unset or empty is the default; 0 turns the limit off. */
+export function statementTimeoutFrom(value: string | undefined): number {
+  if (value === undefined || value.trim() === '') return DEFAULT_STATEMENT_TIMEOUT_MS
+  const ms = Number(value)
+  if (!Number.isInteger(ms) || ms < 0) throw new Error(`STATEMENT_TIMEOUT_MS must be a whole number of milliseconds, got ${JSON.stringify(value)}`)
+  return ms
 }
 
 /** Options postgres.js reads (src/index.js) that its type definitions do not list. */
@@ -26,7 +44,11 @@ export function createSql(url: string, options: SqlOptions = {}) {
     // page (docs/performance.md).
     ...unlistedOptions,
     // Timestamps leave the database as UTC ISO 8601 whatever the server's zone is.
-    connection: { TimeZone: 'UTC', application_name: 'todo-sharing-api' },
+    connection: {
+      TimeZone: 'UTC',
+      application_name: 'todo-sharing-api',
+      ...(options.statementTimeoutMs ? { statement_timeout: options.statementTimeoutMs } : {}),
+    },
     onnotice: () => {},
     ...(options.onQuery ? { debug: (_connection: number, statement: string) => options.onQuery!(statement) } : {}),
   })

@@ -1,5 +1,5 @@
 import { createRoute, z } from '@hono/zod-openapi'
-import { TodoListQuery, TodoSchema, errors, jsonContent, paginated } from '../lib/schemas.ts'
+import { TodoListQuery, TodoSchema, errors, idList, jsonContent, paginated } from '../lib/schemas.ts'
 
 const TodoParam = z.object({
   todo_id: z.string().min(1).openapi({ param: { name: 'todo_id', in: 'path' }, description: 'todo_ ID or numeric ID.' }),
@@ -17,7 +17,7 @@ const ExpandQuery = z.object({
 
 const body = z.string({ error: 'body must be a string' }).trim().min(1, { error: 'body must not be empty' })
   .max(10000, { error: 'body must be at most 10000 characters' })
-const signedIds = (field: string) => z.array(z.string({ error: `${field} must be an array of strings` }), { error: `${field} must be an array of strings` })
+const signedIds = idList
 
 export const CreateTodoBody = z.object({
   body,

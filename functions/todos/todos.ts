@@ -3,7 +3,7 @@ import { ApiError } from '../lib/errors.ts'
 import { type TodoFilterQuery, expandsReactions, todoFilters } from '../lib/filters.ts'
 import { createRouter, describeIssue } from '../lib/router.ts'
 import { respond } from '../lib/respond.ts'
-import { type PaginationArgs, pageArgs } from '../lib/schemas.ts'
+import { MAX_IDS_PER_REQUEST, type PaginationArgs, pageArgs } from '../lib/schemas.ts'
 import { uploadIds } from '../uploads/signed-ids.ts'
 import * as routes from './todos.routes.ts'
 
@@ -15,8 +15,9 @@ function createInput(contentType: string | undefined, json: unknown, form: unkno
   }
   if (/^(application\/x-www-form-urlencoded|multipart\/form-data)/i.test(contentType ?? '')) {
     const input = form as { body: string; 'attachments[]'?: string | string[] }
-    const attachments = input['attachments[]']
-    return { body: input.body, attachments: attachments === undefined ? [] : [attachments].flat() }
+    const attachments = input['attachments[]'] === undefined ? [] : [input['attachments[]']].flat()
+    if (attachments.length > MAX_IDS_PER_REQUEST) throw new ApiError(422, `attachments may hold at most ${MAX_IDS_PER_REQUEST} items`)
+    return { body: input.body, attachments }
   }
   throw new ApiError(422, 'Send the todo as JSON (application/json) or as a form (application/x-www-form-urlencoded) with a body field.')
 }

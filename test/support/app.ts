@@ -3,7 +3,7 @@
 import { serve, type ServerType } from '@hono/node-server'
 import { inject } from 'vitest'
 import { createApp } from '../../functions/app.ts'
-import { createSql } from '../../functions/lib/sql.ts'
+import { DEFAULT_STATEMENT_TIMEOUT_MS, createSql } from '../../functions/lib/sql.ts'
 import { signAccessToken } from '../../functions/lib/tokens.ts'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -40,14 +40,23 @@ export interface RequestOptions {
 
 export type TestWorld = Awaited<ReturnType<typeof startWorld>>
 
-export async function startWorld() {
+export interface WorldOptions {
+  /** statement_timeout of the app's connections; production's default unless a test needs less. */
+  statementTimeoutMs?: number
+}
+
+export async function startWorld(options: WorldOptions = {}) {
   const name = `todo_test_${process.pid}_${Math.random().toString(36).slice(2, 8)}`
   const serverUrl = inject('serverUrl')
   const admin = createSql(serverUrl, { max: 1 })
   await admin.unsafe(`create database ${name} template ${inject('templateDatabase')}`)
   const url = databaseUrl(serverUrl, name)
   const statements: string[] = []
-  const sql = createSql(url, { max: 8, onQuery: (statement) => statements.push(statement) })
+  const sql = createSql(url, {
+    max: 8,
+    onQuery: (statement) => statements.push(statement),
+    statementTimeoutMs: options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
+  })
 
   // Files go to a folder of this world; upload URLs point at this world's own server.
   const storageDir = await mkdtemp(join(tmpdir(), 'todo-test-storage-'))

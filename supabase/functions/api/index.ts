@@ -1,7 +1,7 @@
 // The Supabase Edge Function: the same Hono app as local/start.ts, served by Deno under
 // /functions/v1/api (the platform hands the function paths that start with /api).
 import { createApp } from '../../../functions/app.ts'
-import { createSql } from '../../../functions/lib/sql.ts'
+import { createSql, statementTimeoutFrom } from '../../../functions/lib/sql.ts'
 import { supabaseStorage } from '../../../functions/lib/supabase-storage.ts'
 
 function env(name: string): string | undefined {
@@ -28,7 +28,9 @@ const upgradeUrl = env('UPGRADE_URL') ?? `${publicUrl}/upgrade`
 
 // Once per isolate. Supabase's transaction pooler (port 6543) cannot keep prepared statements.
 const prepare = new URL(databaseUrl).port !== '6543'
-const sql = createSql(databaseUrl, { max: 5, prepare })
+// Every request's statement runs under STATEMENT_TIMEOUT_MS (default 5 s), sent as a startup
+// parameter: use the direct connection or the session pooler (docs/security.md, "Timeouts").
+const sql = createSql(databaseUrl, { max: 5, prepare, statementTimeoutMs: statementTimeoutFrom(env('STATEMENT_TIMEOUT_MS')) })
 
 // Uploads go to Supabase Storage (the private bucket `uploads`), signed with the service role.
 const storage = supabaseStorage({

@@ -1,0 +1,34 @@
+// What each route needs its credential to allow: the authorization table of docs/security.md
+// in code. app.authenticate (SQL) decides, in the request's one statement, whether the
+// credential allows it; this table only names what to ask for.
+import type { Access } from './db.ts'
+import type { AppContext } from './context.ts'
+
+/**
+ * Routes whose access is not the default of their method (GET reads: `read`, scope public;
+ * every other method writes: `write`). Keys are Hono route paths.
+ */
+const ROUTE_ACCESS: Record<string, Access> = {
+  'POST /v1/uploads': 'upload',
+  'GET /v1/search/todos': 'search',
+  'GET /v1/search/users': 'search',
+  'GET /v1/conversations': 'chat',
+  'POST /v1/conversations': 'chat',
+  'POST /v1/conversations/reading': 'chat',
+  'GET /v1/conversations/:conversation_id': 'chat',
+  'GET /v1/conversations/:conversation_id/messages': 'chat',
+  'POST /v1/conversations/:conversation_id/messages': 'chat',
+  'POST /v1/conversations/:conversation_id/reading': 'chat',
+  'POST /v1/messages/:message_id/reactions': 'chat',
+  'DELETE /v1/messages/:message_id/reactions/:content': 'chat',
+}
+
+/** The access a route needs: from the table, else `read` for GET and `write` for the rest. */
+export function routeAccess(method: string, routePath: string): Access {
+  return ROUTE_ACCESS[`${method} ${routePath}`] ?? (method === 'GET' || method === 'HEAD' ? 'read' : 'write')
+}
+
+/** The access the request being handled needs. */
+export function accessOf(c: AppContext): Access {
+  return routeAccess(c.req.method, c.req.routePath)
+}

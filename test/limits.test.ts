@@ -1,0 +1,215 @@
+// Limits on every request (issue 11, items 1 and 2): a statement timeout that really applies
+// to the request's statement, capped full-text queries, a body limit checked before anything
+// is parsed, capped arrays, and no validation details for a credential that does not exist.
+import { connect } from 'node:net'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { callApi } from '../functions/lib/db.ts'
+import { sha256Hex } from '../functions/lib/tokens.ts'
+import { DEFAULT_STATEMENT_TIMEOUT_MS, createSql, statementTimeoutFrom } from '../functions/lib/sql.ts'
+import { readConfig } from '../local/config.ts'
+import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+
+let world: TestWorld
+let alice: CreatedUser
+
+beforeAll(async () => {
+  world = await startWorld()
+  alice = await world.createUser('alice')
+})
+afterAll(() => world.close())
+
+describe('the statement timeout', () => {
+  it('is STATEMENT_TIMEOUT_MS, 5 s unless set, 0 turning it off', () => {
+    expect(DEFAULT_STATEMENT_TIMEOUT_MS).toBe(5000)
+    expect(readConfig({}).statementTimeoutMs).toBe(5000)
+    expect(readConfig({ STATEMENT_TIMEOUT_MS: '1500' }).statementTimeoutMs).toBe(1500)
+    expect(statementTimeoutFrom('0')).toBe(0)
+    expect(() => statementTimeoutFrom('5s')).toThrow(/STATEMENT_TIMEOUT_MS/)
+  })
+
+  it('is in force inside the request’s own statement, after the switch to role authenticated', async () => {
+    // A probe api function in this test's database, called exactly as every request calls its
+    // function (functions/lib/db.ts): the role switch, then the function, in one statement.
+    await world.sql.unsafe(`
+      create function api.probe_settings() returns jsonb language sql stable set search_path = '' as $$
+        select jsonb_build_object('timeout', current_setting('statement_timeout'), 'role', current_user)
+      $$;
+      grant execute on function api.probe_settings() to authenticated;`)
+    const credential = { kind: 'api_key' as const, key_hash: await sha256Hex(alice.api_key) }
+    const body = await callApi(world.sql, { credential, access: 'read', publicUrl: 'http://api.test' }, 'api.probe_settings', [])
+    expect(JSON.parse(body!)).toEqual({ timeout: '5s', role: 'authenticated' })
+  })
+
+  it('cancels a slow request: 503 with Retry-After, and the server keeps serving', async () => {
+    const quick = await startWorld({ statementTimeoutMs: 300 })
+    const holder = createSql(quick.databaseUrl, { max: 1 })
+    try {
+      const bob = await quick.createUser('bob')
+      // Another session holds every todo: the request waits on the lock until its timeout.
+      const locked = holder.begin(async (tx) => {
+        await tx`lock table app.todos in access exclusive mode`
+        await new Promise((resolve) => setTimeout(resolve, 2500))
+      })
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      const started = Date.now()
+      const res = await quick.get('/v1/todos', { auth: bob.api_key })
+      const waited = Date.now() - started
+      expect(res.status).toBe(503)
+      expect(res.body).toEqual({ error: 'The request took too long; try again.' })
+      expect(res.headers.get('retry-after')).toMatch(/^\d+$/)
+      expect(waited).toBeLessThan(2000)
+      await locked
+      expect((await quick.get('/v1/todos', { auth: bob.api_key })).status).toBe(200)
+    } finally {
+      await holder.end()
+      await quick.close()
+    }
+  })
+})
+
+describe('full-text queries are capped', () => {
+  const seventeenTerms = Array.from({ length: 17 }, (_, i) => `word${i}`).join(' ')
+  const sixteenTerms = Array.from({ length: 16 }, (_, i) => `w${i}`).join(' ')
+
+  it('at 16 terms and 256 characters on every todo list: 400 naming the limit', async () => {
+    for (const path of ['/v1/todos', '/v1/users/me/todos', '/v1/timeline']) {
+      const tooMany = await world.get(`${path}?query=${encodeURIComponent(seventeenTerms)}`, { auth: alice.api_key })
+      expect(tooMany.status, path).toBe(400)
+      expect(tooMany.body.error).toMatch(/at most 16 terms and 256 characters/)
+      const tooLong = await world.get(`${path}?query=${'a'.repeat(257)}`, { auth: alice.api_key })
+      expect(tooLong.status, path).toBe(400)
+      expect((await world.get(`${path}?query=${encodeURIComponent(sixteenTerms)}`, { auth: alice.api_key })).status).toBe(200)
+      expect((await world.get(`${path}?query=${'a'.repeat(256)}`, { auth: alice.api_key })).status).toBe(200)
+    }
+  })
+
+  it('on todo and user search too', async () => {
+    const token = await world.token('alice', 'public', { firstParty: true })
+    const todos = await world.get(`/v1/search/todos?query=${encodeURIComponent(seventeenTerms)}`, { auth: token })
+    expect(todos.status).toBe(400)
+    expect(todos.body.error).toMatch(/at most 16 terms/)
+    const users = await world.get(`/v1/search/users?query=${'a'.repeat(300)}`, { auth: token })
+    expect(users.status).toBe(400)
+    expect((await world.get('/v1/search/todos?query=ship%20it', { auth: token })).status).toBe(200)
+  })
+})
+
+/**
+ * POSTs a body of `size` bytes over a raw socket, announced with Content-Length or sent
+ * chunked, and reads the answer; the server may answer and close before the body is sent.
+ */
+function postRaw(path: string, size: number, options: { chunked: boolean; auth: string }): Promise<{ status: number; body: string }> {
+  const url = new URL(world.baseUrl + path)
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(url.port), url.hostname)
+    let received = ''
+    socket.on('data', (data) => (received += data.toString('utf8')))
+    socket.on('error', () => {}) // EPIPE / ECONNRESET once the server has answered
+    socket.on('close', () => {
+      const [head = '', body = ''] = received.split('\r\n\r\n')
+      const status = Number(head.split(' ')[1])
+      if (!status) return reject(new Error(`no answer: ${JSON.stringify(received.slice(0, 200))}`))
+      // A chunked answer: the JSON is the line after the first chunk size.
+      const json = /^[0-9a-f]+\r\n/i.test(body) ? body.split('\r\n')[1]! : body
+      resolve({ status, body: json })
+    })
+    socket.write([
+      `POST ${url.pathname} HTTP/1.1`, `host: ${url.host}`, `authorization: Bearer ${options.auth}`,
+      'content-type: application/json', 'connection: close',
+      options.chunked ? 'transfer-encoding: chunked' : `content-length: ${size}`, '', '',
+    ].join('\r\n'))
+    const piece = Buffer.alloc(64 * 1024, 'a')
+    let sent = 0
+    const pump = () => {
+      while (sent < size && !socket.destroyed) {
+        const part = piece.subarray(0, Math.min(piece.length, size - sent))
+        sent += part.length
+        const ok = socket.write(options.chunked ? Buffer.concat([Buffer.from(`${part.length.toString(16)}\r\n`), part, Buffer.from('\r\n')]) : part)
+        if (!ok) return void socket.once('drain', pump)
+      }
+      if (options.chunked && !socket.destroyed) socket.write('0\r\n\r\n')
+    }
+    pump()
+  })
+}
+
+describe('the body limit', () => {
+  it('refuses a JSON body over 1 MiB with 413, announced or chunked', async () => {
+    for (const chunked of [false, true]) {
+      const res = await postRaw('/v1/todos', 3 * 1024 * 1024, { chunked, auth: alice.api_key })
+      expect(res.status, chunked ? 'chunked' : 'content-length').toBe(413)
+      expect(JSON.parse(res.body)).toEqual({ error: expect.stringMatching(/larger than the limit of 1048576 bytes/) })
+    }
+    expect((await world.get('/v1/users/me/todos', { auth: alice.api_key })).body.data).toEqual([])
+  })
+
+  it('refuses a form body over 1 MiB too', async () => {
+    const res = await world.post('/v1/todos', {
+      auth: alice.api_key,
+      body: `body=${'a'.repeat(1024 * 1024 + 1)}`,
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    })
+    expect(res.status).toBe(413)
+  })
+
+  it('reads a body under the limit as before', async () => {
+    const res = await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'shipped', padding: 'x'.repeat(900 * 1024) } })
+    expect(res.status).toBe(201)
+  })
+})
+
+describe('arrays are capped at 20', () => {
+  const ids = (n: number) => Array.from({ length: n }, (_, i) => `signed-${i}`)
+
+  it('attachments and remove_attachment_ids of todos and comments: 422 above 20', async () => {
+    const todo = (await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'with files' } })).body
+    const cases: [string, string, Record<string, unknown>][] = [
+      ['POST', '/v1/todos', { body: 'x', attachments: ids(21) }],
+      ['PATCH', `/v1/todos/${todo.id}`, { attachments: ids(21) }],
+      ['PATCH', `/v1/todos/${todo.id}`, { remove_attachment_ids: ids(21) }],
+      ['POST', '/v1/comments', { commentable_type: 'Todo', commentable_id: todo.id, body: 'x', attachments: ids(21) }],
+    ]
+    for (const [method, path, json] of cases) {
+      const res = await world.request(method, path, { auth: alice.api_key, json })
+      expect(res.status, `${method} ${path}`).toBe(422)
+      expect(res.body.error).toMatch(/at most 20 items/)
+    }
+    const form = await world.post('/v1/todos', {
+      auth: alice.api_key,
+      body: `body=x&${ids(21).map((id) => `attachments[]=${id}`).join('&')}`,
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    })
+    expect(form.status).toBe(422)
+    expect(form.body.error).toMatch(/at most 20 items/)
+  })
+})
+
+describe('validation details only for credentials that exist', () => {
+  const unknownKey = 'svc_sk_this-key-does-not-exist'
+
+  it('an unknown key gets 403 whatever the body', async () => {
+    const bodies: [string, string, { json?: unknown; body?: string; headers?: Record<string, string> }][] = [
+      ['POST', '/v1/todos', { json: { body: 42 } }],
+      ['POST', '/v1/todos', { body: '{not json', headers: { 'content-type': 'application/json' } }],
+      ['POST', '/v1/todos', { body: 'x', headers: { 'content-type': 'text/plain' } }],
+      ['POST', '/v1/uploads', { json: { filename: 1 } }],
+      ['GET', '/v1/todos?since=not-a-date', {}],
+      ['GET', '/v1/todos?expand=everything', {}],
+      ['GET', `/v1/todos?query=${'a'.repeat(300)}`, {}],
+    ]
+    for (const [method, path, options] of bodies) {
+      const res = await world.request(method, path, { auth: unknownKey, ...options })
+      expect(res.status, `${method} ${path}`).toBe(403)
+      expect(res.body).toEqual({ error: 'The API key is not valid.' })
+    }
+  })
+
+  it('a read-only key gets its 403 before its input is judged; a valid key gets the details', async () => {
+    const readOnly = await world.post('/v1/todos', { auth: alice.read_only_api_key, json: { body: 42 } })
+    expect(readOnly.status).toBe(403)
+    expect(readOnly.body).toEqual({ error: 'This API key is read-only.' })
+    const valid = await world.post('/v1/todos', { auth: alice.api_key, json: { body: 42 } })
+    expect(valid.status).toBe(422)
+    expect(valid.body.error).toMatch(/body/)
+  })
+})
