@@ -179,7 +179,7 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
                     values (${jti}, ${client.id}, ${user.id}, ${scopes}, decode(${await sha256Hex(refreshToken)}, 'hex'),
                             now() + make_interval(secs => ${ACCESS_TOKEN_SECONDS}))`
       const accessToken = await signAccessToken(ctx.jwtSecret, {
-        sub: user.id, jti, scope: scopes.join(' '), client_id: client.client_id,
+        sub: `user_${user.id.replace(/-/g, '')}`, jti, scope: scopes.join(' '), client_id: client.client_id,
         first_party: client.first_party, chat: client.chat_enabled,
       }, ACCESS_TOKEN_SECONDS)
       return { access_token: accessToken, refresh_token: refreshToken, token_type: 'Bearer', expires_in: ACCESS_TOKEN_SECONDS, scope: scopes.join(' ') }

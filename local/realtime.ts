@@ -12,6 +12,8 @@
 //   the rows committed meanwhile are caught up from the table (each row is delivered once).
 // - Partitions are kept as the Realtime server keeps them: yesterday … today+3 ensured at start
 //   and hourly, partitions older than 72 hours dropped.
+// - Unlike Supabase, which checks only a token's expiry, the channels of our access tokens are
+//   checked against revocation every few seconds and closed once revoked (docs/security.md).
 //
 // What it does not do: presence (pushes are answered with an error), postgres_changes (joins
 // asking for it are refused), the REST broadcast endpoint, replay, rate limits, payload size
@@ -23,7 +25,8 @@ import type { IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
 import postgres, { type Sql } from 'postgres'
 import { WebSocket, WebSocketServer, type RawData } from 'ws'
-import { canRead, canWrite, secondsLeft, verifyRealtimeToken, type Claims, type Permission } from './realtime/authorize.ts'
+import { ACCESS_TOKEN_ROLE } from '../functions/lib/tokens.ts'
+import { canRead, canWrite, honouredTokenIds, secondsLeft, verifyRealtimeToken, type Claims, type Permission } from './realtime/authorize.ts'
 import { decodeBinary, decodeText, encodeText, encodeUserBroadcast, parseVsn, type Frame, type Vsn } from './realtime/protocol.ts'
 
 export const REALTIME_PATH = '/realtime/v1/websocket'
@@ -39,6 +42,11 @@ export interface RealtimeGatewayOptions {
   maintenanceIntervalMs?: number
   /** How often the listener proves it still hears NOTIFY. Default 10 s. */
   healthCheckIntervalMs?: number
+  /**
+   * How often the channels of our access tokens are checked against revocation (a revoked
+   * token's channels close within this). Default 5 s. Supabase itself only checks expiry.
+   */
+  revocationCheckIntervalMs?: number
   /** A socket silent this long (no heartbeat, no message) is dropped, as Phoenix does. Default 60 s. */
   idleTimeoutMs?: number
   /** A socket that does not read and lets this much pile up is dropped. Default 16 MiB. */
@@ -425,6 +433,35 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
     }
   }
 
+  /** Closes the channels of our access tokens that were revoked since they joined. */
+  let sweeping = false
+  async function closeRevoked() {
+    if (sweeping || stopping) return
+    sweeping = true
+    try {
+      const ours: Channel[] = []
+      for (const conn of connections) {
+        for (const channel of conn.channels.values()) {
+          if (channel.claims.role === ACCESS_TOKEN_ROLE && typeof channel.claims.jti === 'string') ours.push(channel)
+        }
+      }
+      if (ours.length === 0) return
+      const honoured = await honouredTokenIds(sql, [...new Set(ours.map((c) => c.claims.jti as string))])
+      for (const channel of ours) {
+        const jti = channel.claims.jti as string
+        if (honoured.has(jti)) continue
+        // In the channel's queue, after whatever it is doing: a refresh meanwhile brought a new token.
+        enqueue(channel.conn, channel.topic, async () => {
+          if (isCurrent(channel) && channel.claims.jti === jti) shutdown(channel, 'The access token was revoked')
+        })
+      }
+    } catch (err) {
+      if (!stopping) log('realtime: checking tokens against revocation failed', err)
+    } finally {
+      sweeping = false
+    }
+  }
+
   // --------------------------------------------------------------------------
   // Sockets
   // --------------------------------------------------------------------------
@@ -722,6 +759,7 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
   const timers = [
     setInterval(() => void maintain().catch((err) => !stopping && log('realtime: partition upkeep failed', err)), options.maintenanceIntervalMs ?? 3_600_000),
     setInterval(() => void healthCheck(), healthCheckIntervalMs),
+    setInterval(() => void closeRevoked(), options.revocationCheckIntervalMs ?? 5_000),
     setInterval(() => {
       const limit = Date.now() - idleTimeoutMs
       for (const conn of connections) if (conn.lastSeen < limit) conn.ws.terminate()

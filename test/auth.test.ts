@@ -1,6 +1,7 @@
 // SPEC section 5: API keys (header or query, query wins), read-only keys, OAuth access
 // tokens (scopes, expiry, forgery, revocation), subscriptions (401 with upgrade_url).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { SignJWT } from 'jose'
 import { sha256Hex, signAccessToken } from '../functions/lib/tokens.ts'
 import { JWT_SECRET, type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
 
@@ -91,8 +92,9 @@ describe('OAuth access tokens', () => {
   it('the token carries role, sub, exp, scope, client_id and the client flags', async () => {
     const token = await world.token('alice', 'public chat', { firstParty: true, chat: true })
     const payload = JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString())
-    expect(payload).toMatchObject({ role: 'authenticated', scope: 'public chat', first_party: true, chat: true, aud: 'authenticated' })
-    expect(`user_${payload.sub.replace(/-/g, '')}`).toBe(alice.id)
+    // Not a Supabase session (issue 11, item 9): a role nobody else may become, our own audience, the public id.
+    expect(payload).toMatchObject({ role: 'api_client', scope: 'public chat', first_party: true, chat: true, aud: 'todo-sharing-api' })
+    expect(payload.sub).toBe(alice.id)
     expect(payload.exp).toBeGreaterThan(Date.now() / 1000)
     expect(typeof payload.client_id).toBe('string')
   })
@@ -114,10 +116,29 @@ describe('OAuth access tokens', () => {
 
   it('403 for a validly signed token that was never issued', async () => {
     const minted = await signAccessToken(JWT_SECRET, {
-      sub: alice.id.replace(/^user_(.{8})(.{4})(.{4})(.{4})(.{12})$/, '$1-$2-$3-$4-$5'),
-      jti: crypto.randomUUID(), scope: 'public write', client_id: 'x', first_party: true, chat: true,
+      sub: alice.id, jti: crypto.randomUUID(), scope: 'public write', client_id: 'x', first_party: true, chat: true,
     }, 600)
     expect((await world.get('/v1/users/me', { auth: minted })).status).toBe(403)
+  })
+
+  it('403 for a Supabase session signed with the same secret, even naming an issued token (issue 11, item 9)', async () => {
+    const token = await world.token('alice', 'public write')
+    const payload = JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString())
+    const uuid = alice.id.replace(/^user_(.{8})(.{4})(.{4})(.{4})(.{12})$/, '$1-$2-$3-$4-$5')
+    const key = new TextEncoder().encode(JWT_SECRET)
+    const mint = (claims: Record<string, unknown>, audience: string) =>
+      new SignJWT(claims).setProtectedHeader({ alg: 'HS256', typ: 'JWT' }).setAudience(audience).setExpirationTime('10m').sign(key)
+    const { aud: _aud, exp: _exp, ...rest } = payload
+    const variants = {
+      'a Supabase session': await mint({ ...rest, role: 'authenticated', sub: uuid }, 'authenticated'),
+      'our audience, role authenticated': await mint({ ...rest, role: 'authenticated' }, 'todo-sharing-api'),
+      'role api_client, audience authenticated': await mint({ ...rest }, 'authenticated'),
+      'our claims, the auth.users uuid as sub': await mint({ ...rest, sub: uuid }, 'todo-sharing-api'),
+    }
+    expect((await world.get('/v1/users/me', { auth: token })).status).toBe(200)
+    for (const [name, forged] of Object.entries(variants)) {
+      expect((await world.get('/v1/users/me', { auth: forged })).status, name).toBe(403)
+    }
   })
 
   it('403 once the token is revoked', async () => {

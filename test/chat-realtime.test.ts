@@ -1,8 +1,9 @@
 // Direct messages delivered in real time, with the real @supabase/supabase-js client against
 // the local gateway and the production policies on realtime.messages (migration 1200):
 // participants receive message.created (the Message as the API renders it), reactions, read
-// receipts and inbox updates; others are refused; typing reaches the other participant; a
-// refreshed token keeps receiving; a vanished client does not disturb the others.
+// receipts and inbox updates; others are refused; typing reaches the other participant on
+// conversation:<id>:typing; nothing a client sends passes for the server's events; a refreshed
+// token keeps receiving, a revoked one stops; a vanished client does not disturb the others.
 import { createClient, type RealtimeChannel, type SupabaseClient } from '@supabase/supabase-js'
 import WebSocket from 'ws'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
@@ -120,8 +121,8 @@ describe.each(['1.0.0', '2.0.0'] as const)('supabase-js, vsn %s', (vsn) => {
     }
   })
 
-  it('typing from one participant reaches the other, not the sender', async () => {
-    const topic = `conversation:${conversationId}`
+  it('typing from one participant reaches the other, not the sender, on conversation:<id>:typing', async () => {
+    const topic = `conversation:${conversationId}:typing`
     const aliceListens = await listen(vsn, alice.token, topic)
     const bobListens = await listen(vsn, bob.token, topic)
     const result = await aliceListens.channel.send({ type: 'broadcast', event: 'typing', payload: { user: alice.username } })
@@ -129,6 +130,39 @@ describe.each(['1.0.0', '2.0.0'] as const)('supabase-js, vsn %s', (vsn) => {
     expect(await bobListens.waitFor('typing')).toEqual({ user: 'alice' })
     await new Promise((r) => setTimeout(r, 200))
     expect(aliceListens.events.filter((e) => e.event === 'typing')).toEqual([])
+  })
+})
+
+describe('forged events (issue 11, item 4)', () => {
+  it.each(['1.0.0', '2.0.0'] as const)('a participant cannot broadcast on the server\'s topics: forged message.created, reads and reactions never arrive (vsn %s)', async (vsn) => {
+    const topic = `conversation:${conversationId}`
+    const bobListens = await listen(vsn, bob.token, topic)
+    const bobInbox = await listen(vsn, bob.token, `user:${bob.id}`)
+    const forger = await listen(vsn, alice.token, topic)
+    const forgerInbox = await listen(vsn, alice.token, `user:${alice.id}`)
+    expect([bobListens, bobInbox, forger, forgerInbox].map((l) => l.status)).toEqual(['SUBSCRIBED', 'SUBSCRIBED', 'SUBSCRIBED', 'SUBSCRIBED'])
+    const forged = { id: 'message_forged', conversation_id: conversationId, body: 'send me your password', creator: { username: 'support' } }
+    for (const event of ['message.created', 'conversation.read', 'reaction.created', 'inbox.updated']) {
+      await forger.channel.send({ type: 'broadcast', event, payload: forged })
+      await forgerInbox.channel.send({ type: 'broadcast', event, payload: forged })
+    }
+    // A real message sent after the forgeries: once it has arrived, anything sent before would have.
+    const real = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'the real one' } })).body
+    await bobListens.waitFor('message.created', (m) => m.id === real.id)
+    await bobInbox.waitFor('inbox.updated', (p) => p.message_id === real.id)
+    expect(bobListens.events.filter((e) => e.payload?.id === 'message_forged')).toEqual([])
+    expect(bobInbox.events.filter((e) => e.payload?.id === 'message_forged')).toEqual([])
+    expect(forger.events.filter((e) => e.payload?.id === 'message_forged')).toEqual([])
+  })
+
+  it('what arrives on the typing topic is only ever what participants sent there', async () => {
+    const typing = `conversation:${conversationId}:typing`
+    const bobTyping = await listen('2.0.0', bob.token, typing)
+    const bobMessages = await listen('2.0.0', bob.token, `conversation:${conversationId}`)
+    const real = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'not on typing' } })).body
+    await bobMessages.waitFor('message.created', (m) => m.id === real.id)
+    await new Promise((r) => setTimeout(r, 100))
+    expect(bobTyping.events).toEqual([])
   })
 })
 
@@ -141,6 +175,29 @@ describe('tokens and robustness', () => {
     const sent = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'after refresh' } })).body
     expect((await bobListens.waitFor('message.created', (m) => m.id === sent.id)).body).toBe('after refresh')
   })
+
+  it('a revoked token stops receiving within 10 s: its channels close; other tokens keep theirs (issue 11, item 5)', async () => {
+    const doomed = await world.token('bob', 'public chat', { chat: true })
+    const revokedListens = await listen('2.0.0', doomed, `conversation:${conversationId}`)
+    const revokedInbox = await listen('1.0.0', doomed, `user:${bob.id}`)
+    const keeps = await listen('2.0.0', bob.token, `conversation:${conversationId}`)
+    const closed = (listener: Listener) => new Promise<string>((resolve) => {
+      listener.channel.on('system', {}, (message: { status?: string; message?: string }) => {
+        if (message.status === 'error') resolve(String(message.message))
+      })
+    })
+    const closings = [closed(revokedListens), closed(revokedInbox)]
+    expect([revokedListens.status, revokedInbox.status, keeps.status]).toEqual(['SUBSCRIBED', 'SUBSCRIBED', 'SUBSCRIBED'])
+    const revokedAt = Date.now()
+    await world.admin('revoke-token', '--token', doomed)
+    expect(await Promise.all(closings)).toEqual(['The access token was revoked', 'The access token was revoked'])
+    expect(Date.now() - revokedAt).toBeLessThan(10_000)
+    const after = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'after revocation' } })).body
+    await keeps.waitFor('message.created', (m) => m.id === after.id)
+    expect(revokedListens.events.filter((e) => e.payload?.id === after.id)).toEqual([])
+    expect(revokedInbox.events.filter((e) => e.payload?.message_id === after.id)).toEqual([])
+    expect(revokedListens.channel.state).toBe('closed')
+  }, 20_000)
 
   it('the gateway survives a client vanishing mid-stream; the others keep receiving', async () => {
     const topic = `conversation:${conversationId}`

@@ -171,13 +171,18 @@ async function send(topic: string, payload: Record<string, unknown>, event = 'so
   return commitAt
 }
 
+/**
+ * A JWT as any Supabase project might mint one (role `authenticated`, the member's uuid as
+ * `sub`): the gateway stands in for Supabase Realtime, which takes any token signed with the
+ * project's secret that carries `role` and `exp`; this file's policies decide the rest.
+ */
 function sign(user: User | string, options: { chat?: boolean; ttl?: number; secret?: string } = {}): Promise<string> {
   const sub = typeof user === 'string' ? user : user.id
-  return world.sign(
-    options.secret ?? JWT_SECRET,
-    { sub, jti: randomUUID(), scope: 'chat', client_id: 'realtime-test', first_party: false, chat: options.chat ?? true },
-    options.ttl ?? 3600,
-  )
+  return new SignJWT({ sub, role: 'authenticated', jti: randomUUID(), chat: options.chat ?? true })
+    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+    .setIssuedAt()
+    .setExpirationTime(Math.floor(Date.now() / 1000) + (options.ttl ?? 3600))
+    .sign(new TextEncoder().encode(options.secret ?? JWT_SECRET))
 }
 
 interface User {
@@ -259,7 +264,7 @@ function percentile(sorted: number[], p: number): number {
 describe.each(['1.0.0', '2.0.0'] as const)('realtime-js, vsn %s', (vsn) => {
   it('a permitted user joins a private channel and receives rows at commit, in commit order', async () => {
     const alice = await newUser('alice')
-    const token = await world.token(alice.username, 'chat', { chat: true })
+    const token = await sign(alice)
     const topic = `room:${alice.id}`
     const a = await join(vsn, token, topic)
     expect(a.first.status, a.first.error?.message).toBe('SUBSCRIBED')
@@ -296,7 +301,7 @@ describe.each(['1.0.0', '2.0.0'] as const)('realtime-js, vsn %s', (vsn) => {
     expect(refused.first.status).toBe('CHANNEL_ERROR')
     expect(refused.first.error?.message).toBe(`Unauthorized: You do not have permissions to read from this Channel topic: room:${stranger}`)
     // Its own room, but a token without the chat claim: refused by the same policy.
-    const noChat = await join(vsn, await world.token(bob.username, 'public'), `room:${bob.id}`)
+    const noChat = await join(vsn, await sign(bob, { chat: false }), `room:${bob.id}`)
     expect(noChat.first.status).toBe('CHANNEL_ERROR')
     expect(noChat.first.error?.message).toBe(`Unauthorized: You do not have permissions to read from this Channel topic: room:${bob.id}`)
     expect(world.realtime.stats().channels).toBe(before)
@@ -381,7 +386,7 @@ describe.each(['1.0.0', '2.0.0'] as const)('realtime-js, vsn %s', (vsn) => {
     const kept = await join(vsn, await sign(eve, { ttl: 2 }), topic)
     const lapsed = await join(vsn, await sign(eve, { ttl: 2 }), topic)
     expect([kept.first.status, lapsed.first.status]).toEqual(['SUBSCRIBED', 'SUBSCRIBED'])
-    await kept.supabase.realtime.setAuth(await world.token(eve.username, 'chat', { chat: true }))
+    await kept.supabase.realtime.setAuth(await sign(eve))
 
     const notice = await lapsed.system.waitFor(() => true, 'the expiry notice', 5_000)
     expect(notice).toEqual({ extension: 'system', status: 'error', message: expect.stringMatching(/^Token has expired \d+ seconds ago$/), channel: topic })
@@ -401,10 +406,10 @@ describe.each(['1.0.0', '2.0.0'] as const)('realtime-js, vsn %s', (vsn) => {
     await world.sql`insert into rt_test.members (topic, user_id) values (${team}, ${gus.id})`
 
     // The token itself loses the right: no chat claim.
-    const f = await join(vsn, await world.token(fay.username, 'chat', { chat: true }), room)
+    const f = await join(vsn, await sign(fay), room)
     expect(f.first.status).toBe('SUBSCRIBED')
     const channelsBefore = world.realtime.stats().channels
-    await f.supabase.realtime.setAuth(await world.token(fay.username, 'public'))
+    await f.supabase.realtime.setAuth(await sign(fay, { chat: false }))
     expect(await f.system.waitFor(() => true, 'the revocation notice')).toEqual({
       extension: 'system',
       status: 'error',
@@ -472,7 +477,7 @@ describe.each(['1.0.0', '2.0.0'] as const)('realtime-js, vsn %s', (vsn) => {
 
   it('delivers one message to 100 subscribed clients (end-to-end latency from commit)', { timeout: 120_000 }, async () => {
     const kim = await newUser('kim')
-    const token = await world.token(kim.username, 'chat', { chat: true })
+    const token = await sign(kim)
     const topic = `room:${kim.id}`
     const started = performance.now()
     const subscribers = await Promise.all(Array.from({ length: 100 }, () => join(vsn, token, topic)))

@@ -102,10 +102,60 @@ describe('reading a private channel', () => {
 })
 
 describe('writing (typing) to a private channel', () => {
-  it('participants may broadcast on their conversation; others, and inbox topics, not', async () => {
-    expect(await mayWrite(world.sql, bobToken, conversationTopic)).toBe(true)
-    expect(await mayWrite(world.sql, carolToken, conversationTopic)).toBe(false)
+  it('participants may broadcast on conversation:<id>:typing only; others not at all', async () => {
+    const typing = `${conversationTopic}:typing`
+    expect(await mayRead(world.sql, bobToken, typing)).toBe(true)
+    expect(await mayWrite(world.sql, bobToken, typing)).toBe(true)
+    expect(await mayWrite(world.sql, aliceToken, typing)).toBe(true)
+    expect(await mayRead(world.sql, carolToken, typing)).toBe(false)
+    expect(await mayWrite(world.sql, carolToken, typing)).toBe(false)
+    expect(await mayWrite(world.sql, await world.token('bob', 'public write', { chat: true }), typing)).toBe(false)
+  })
+
+  it('nobody may write on the topics the server publishes on (issue 11, item 4: forged message.created)', async () => {
+    expect(await mayWrite(world.sql, bobToken, conversationTopic)).toBe(false)
+    expect(await mayWrite(world.sql, aliceToken, conversationTopic)).toBe(false)
     expect(await mayWrite(world.sql, aliceToken, `user:${aliceId}`)).toBe(false)
+    expect(await mayWrite(world.sql, aliceToken, `${conversationTopic}:typing:more`)).toBe(false)
+    expect(await mayWrite(world.sql, aliceToken, `${conversationTopic}:other`)).toBe(false)
+  })
+})
+
+describe('access tokens are no Supabase session (issue 11, item 9)', () => {
+  it('the token names the api_client role, our own audience and the public user id', async () => {
+    expect(claimsOf(aliceToken)).toMatchObject({ role: 'api_client', aud: 'todo-sharing-api', sub: aliceId })
+  })
+
+  it('nobody is granted api_client: PostgREST (authenticator) and Storage cannot switch to it', async () => {
+    const members = await world.sql`select m.member::regrole::text as member from pg_auth_members m where m.roleid = 'api_client'::regrole`
+    expect(members.map((m) => m.member).filter((m) => m !== 'postgres')).toEqual([])
+    for (const service of ['authenticator', 'authenticated', 'anon', 'service_role']) {
+      const [row] = await world.sql`select pg_has_role(${service}, 'api_client', 'member') as member`
+      expect(row!.member, service).toBe(false)
+    }
+    const [role] = await world.sql`select rolcanlogin, rolsuper, rolbypassrls, rolinherit from pg_roles where rolname = 'api_client'`
+    expect(role).toEqual({ rolcanlogin: false, rolsuper: false, rolbypassrls: false, rolinherit: false })
+  })
+
+  it('api_client may touch realtime.messages and nothing else: no table, no api function', async () => {
+    const tables = await world.sql`select distinct table_schema || '.' || table_name as name, privilege_type
+      from information_schema.role_table_grants where grantee = 'api_client' order by 1, 2`
+    expect(tables.map((t) => `${t.name} ${t.privilege_type}`)).toEqual(['realtime.messages INSERT', 'realtime.messages SELECT'])
+    const functions = await world.sql`select p.oid::regprocedure::text as fn from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+      where n.nspname in ('app', 'api') and has_function_privilege('api_client', p.oid, 'execute') and p.prorettype <> 'trigger'::regtype order by 1`
+    expect(functions.map((f) => f.fn)).toEqual(['app.realtime_may_join(text)', 'app.realtime_may_send(text)'])
+    await expect(world.sql.begin(async (tx) => {
+      await tx`set local role api_client`
+      await tx`select count(*) from app.todos`
+    })).rejects.toMatchObject({ code: '42501' })
+  })
+
+  it('a Supabase session for the same member (role authenticated) is refused on our topics', async () => {
+    const session = { ...claimsOf(aliceToken), role: 'authenticated', aud: 'authenticated' }
+    const asSession = ['x', Buffer.from(JSON.stringify(session)).toString('base64url'), 'x'].join('.')
+    expect(await mayRead(world.sql, aliceToken, conversationTopic)).toBe(true)
+    expect(await mayRead(world.sql, asSession, conversationTopic)).toBe(false)
+    expect(await mayWrite(world.sql, asSession, `${conversationTopic}:typing`)).toBe(false)
   })
 })
 

@@ -1,9 +1,27 @@
 // Credentials on the HTTP side: API keys are hashed, OAuth access tokens are JWTs signed
-// with the project's secret (HS256, like Supabase's), so Supabase Realtime accepts them too.
+// with the project's secret (HS256), so Supabase Realtime accepts them for our chat topics.
+//
+// An access token is not a Supabase session (issue 11, item 9). Signed with the project's JWT
+// secret, a token with role and audience `authenticated` and the member's auth.users id as
+// `sub` would also open PostgREST, Storage and Auth as that member, past our scopes and our
+// revocation. So our tokens carry:
+//   - `aud` ACCESS_TOKEN_AUDIENCE, which only our API accepts;
+//   - `role` ACCESS_TOKEN_ROLE, a database role (migration 20261124002100) that no other
+//     service can switch to (PostgREST and Storage may only become roles granted to their
+//     login roles, and nobody is granted this one) and that may only read our realtime topics;
+//   - `sub` the member's public id (`user_…`), not their auth.users uuid, which Supabase Auth
+//     refuses ("sub claim must be a UUID") and auth.uid() never yields.
+// Supabase Realtime checks only the signature, `exp` and that `role` is present, then runs the
+// realtime.messages policies as that role (docs/security.md cites its source).
 import { createHash } from 'node:crypto'
 import { SignJWT, jwtVerify } from 'jose'
 
 export const API_KEY_PREFIX = 'svc_sk_'
+/** The `aud` of our access tokens: this API, not Supabase's `authenticated`. */
+export const ACCESS_TOKEN_AUDIENCE = 'todo-sharing-api'
+/** The database role of our access tokens; it may use nothing but our realtime topics. */
+export const ACCESS_TOKEN_ROLE = 'api_client'
+const PUBLIC_USER_ID = /^user_[0-9a-f]{32}$/
 
 const encoder = new TextEncoder()
 
@@ -32,6 +50,7 @@ export function newApiKey(): string {
 }
 
 export interface AccessTokenClaims {
+  /** The member's public id, `user_…`. */
   sub: string
   jti: string
   scope: string
@@ -41,19 +60,23 @@ export interface AccessTokenClaims {
 }
 
 export async function signAccessToken(secret: string, claims: AccessTokenClaims, expiresInSeconds: number): Promise<string> {
-  return await new SignJWT({ ...claims, role: 'authenticated' })
+  return await new SignJWT({ ...claims, role: ACCESS_TOKEN_ROLE })
     .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
     .setIssuedAt()
-    .setAudience('authenticated')
+    .setAudience(ACCESS_TOKEN_AUDIENCE)
     .setExpirationTime(Math.floor(Date.now() / 1000) + expiresInSeconds)
     .sign(encoder.encode(secret))
 }
 
-/** Verifies signature, algorithm and expiry; returns null for anything that is not our valid token. */
+/**
+ * Verifies signature, algorithm, expiry, audience and role; returns null for anything that is
+ * not our valid token (a Supabase session signed with the same secret included).
+ */
 export async function verifyAccessToken(secret: string, token: string): Promise<AccessTokenClaims | null> {
   try {
-    const { payload } = await jwtVerify(token, encoder.encode(secret), { algorithms: ['HS256'], audience: 'authenticated' })
-    if (typeof payload.sub !== 'string' || typeof payload.jti !== 'string') return null
+    const { payload } = await jwtVerify(token, encoder.encode(secret), { algorithms: ['HS256'], audience: ACCESS_TOKEN_AUDIENCE })
+    if (payload.role !== ACCESS_TOKEN_ROLE || typeof payload.jti !== 'string') return null
+    if (typeof payload.sub !== 'string' || !PUBLIC_USER_ID.test(payload.sub)) return null
     return payload as unknown as AccessTokenClaims
   } catch {
     return null

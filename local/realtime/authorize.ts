@@ -121,3 +121,22 @@ export function canWrite(sql: Sql, topic: string, claims: Claims): Promise<Permi
     }
   })
 }
+
+/**
+ * Which of our access tokens (their `jti`s) the database still honours: issued, not revoked,
+ * member and app still there. Supabase Realtime re-checks a channel's policies only when the
+ * client sends a new token, so a revoked token kept receiving until it expired; the local
+ * gateway asks this every few seconds instead and closes the channels of the others (issue 11,
+ * item 5). Only tokens with our role are asked about: other JWTs are closed by their expiry,
+ * as on Supabase.
+ */
+export async function honouredTokenIds(sql: Sql, jtis: string[]): Promise<Set<string>> {
+  const wellFormed = jtis.filter((jti) => UUID.test(jti))
+  if (wellFormed.length === 0) return new Set()
+  const rows = await sql<{ jti: string }[]>`
+    select t.jti::text as jti from app.oauth_tokens t
+     where t.jti = any(${wellFormed}::uuid[]) and t.revoked_at is null`
+  return new Set(rows.map((row) => row.jti))
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
