@@ -47,6 +47,12 @@ export interface RealtimeGatewayOptions {
    * token's channels close within this). Default 5 s. Supabase itself only checks expiry.
    */
   revocationCheckIntervalMs?: number
+  /**
+   * Refuse public channels, as Supabase's "private channels only" Realtime setting does (which
+   * production turns on: docs/deploy.md). `npm start` and the test world set it; default off,
+   * Supabase's default.
+   */
+  privateOnly?: boolean
   /** A socket silent this long (no heartbeat, no message) is dropped, as Phoenix does. Default 60 s. */
   idleTimeoutMs?: number
   /** A socket that does not read and lets this much pile up is dropped. Default 16 MiB. */
@@ -175,6 +181,11 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
   const applicationName = options.applicationName ?? 'realtime-gateway'
   const connectionOptions = { TimeZone: 'UTC', application_name: applicationName }
   const sql = postgres(options.databaseUrl, { max: options.poolSize ?? 4, connection: connectionOptions, onnotice: () => {} })
+  const sweeper = postgres(options.databaseUrl, {
+    max: 1,
+    connection: { ...connectionOptions, application_name: `${applicationName}-revocations` },
+    onnotice: () => {},
+  })
 
   const connections = new Set<Connection>()
   /** routingKey(private, sub-topic) → the channels that receive what is sent there. */
@@ -311,6 +322,7 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
     const config = isObject(payload.config) ? payload.config : {}
     const broadcast = isObject(config.broadcast) ? config.broadcast : {}
     const isPrivate = config.private === true
+    if (!isPrivate && options.privateOnly) return refuse('PrivateOnly: This project only allows private channels')
     if (Array.isArray(config.postgres_changes) && config.postgres_changes.length > 0) {
       return refuse('PostgresChangesNotSupported: the local Realtime gateway serves broadcast only; send from the database with realtime.send()')
     }
@@ -446,7 +458,8 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
         }
       }
       if (ours.length === 0) return
-      const honoured = await honouredTokenIds(sql, [...new Set(ours.map((c) => c.claims.jti as string))])
+      // Its own connection: a flood of joins on the shared pool cannot hold revocation back.
+      const honoured = await honouredTokenIds(sweeper, [...new Set(ours.map((c) => c.claims.jti as string))])
       for (const channel of ours) {
         const jti = channel.claims.jti as string
         if (honoured.has(jti)) continue
@@ -807,7 +820,11 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
         }
         wss.close()
         generation++
-        await Promise.all([listener?.end({ timeout: 0 }).catch(() => {}), sql.end({ timeout: 2 }).catch(() => {})])
+        await Promise.all([
+          listener?.end({ timeout: 0 }).catch(() => {}),
+          sql.end({ timeout: 2 }).catch(() => {}),
+          sweeper.end({ timeout: 2 }).catch(() => {}),
+        ])
         listener = null
       })()
       return closed

@@ -26,7 +26,7 @@ const maintenance = setInterval(() => {
   runStorageMaintenance(sql, storage).catch((err) => console.error('storage maintenance failed:', err))
 }, 60_000)
 maintenance.unref()
-const realtime = await startRealtimeGateway({ databaseUrl: database.url, jwtSecret: config.jwtSecret })
+const realtime = await startRealtimeGateway({ databaseUrl: database.url, jwtSecret: config.jwtSecret, privateOnly: true })
 const server = serve({ fetch: app.fetch, hostname: config.host, port: config.port }, () => {
   console.log(`Todo-sharing API listening on ${config.publicUrl}`)
   console.log(`  REST:     ${config.publicUrl}/v1   (reference: ${config.publicUrl}/docs)`)

@@ -146,6 +146,7 @@ describe('forged events (issue 11, item 4)', () => {
       await forger.channel.send({ type: 'broadcast', event, payload: forged })
       await forgerInbox.channel.send({ type: 'broadcast', event, payload: forged })
     }
+    await new Promise((r) => setTimeout(r, 200))
     // A real message sent after the forgeries: once it has arrived, anything sent before would have.
     const real = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'the real one' } })).body
     await bobListens.waitFor('message.created', (m) => m.id === real.id)
@@ -153,6 +154,19 @@ describe('forged events (issue 11, item 4)', () => {
     expect(bobListens.events.filter((e) => e.payload?.id === 'message_forged')).toEqual([])
     expect(bobInbox.events.filter((e) => e.payload?.id === 'message_forged')).toEqual([])
     expect(forger.events.filter((e) => e.payload?.id === 'message_forged')).toEqual([])
+  })
+
+  it('public channels are refused, as with Supabase\'s "private channels only": nobody listens where anyone may write', async () => {
+    const client = createClient(world.baseUrl, 'anon', { realtime: { transport: WebSocket as never } })
+    clients.push(client)
+    await client.realtime.setAuth(bob.token)
+    const reason = await new Promise<string | undefined>((resolve) => {
+      client.channel(`conversation:${conversationId}`, { config: { private: false } }).subscribe((status, err) => {
+        if (status !== 'SUBSCRIBED') resolve(`${status}: ${err?.message}`)
+        else resolve(undefined)
+      })
+    })
+    expect(reason).toMatch(/^CHANNEL_ERROR: .*PrivateOnly/)
   })
 
   it('what arrives on the typing topic is only ever what participants sent there', async () => {
@@ -197,6 +211,19 @@ describe('tokens and robustness', () => {
     expect(revokedListens.events.filter((e) => e.payload?.id === after.id)).toEqual([])
     expect(revokedInbox.events.filter((e) => e.payload?.message_id === after.id)).toEqual([])
     expect(revokedListens.channel.state).toBe('closed')
+  }, 20_000)
+
+  it('a channel refreshed to a new token is not closed when the old token is revoked', async () => {
+    const first = await world.token('bob', 'public chat', { chat: true })
+    const listens = await listen('2.0.0', first, `conversation:${conversationId}`)
+    await listens.client.realtime.setAuth(await world.token('bob', 'public chat', { chat: true }))
+    await new Promise((r) => setTimeout(r, 200))
+    await world.admin('revoke-token', '--token', first)
+    // Two sweeps (5 s apart) have passed by the time this wait ends.
+    await new Promise((r) => setTimeout(r, 10_500))
+    const sent = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'still here' } })).body
+    await listens.waitFor('message.created', (m) => m.id === sent.id)
+    expect(listens.channel.state).toBe('joined')
   }, 20_000)
 
   it('the gateway survives a client vanishing mid-stream; the others keep receiving', async () => {

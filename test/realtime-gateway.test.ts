@@ -25,7 +25,8 @@ const clients: SupabaseClient[] = []
 const raws: RawClient[] = []
 
 beforeAll(async () => {
-  world = await startWorld()
+  // Public channels too: this file tests the protocol as Supabase serves it by default.
+  world = await startWorld({ realtimePrivateOnly: false })
   await world.sql.unsafe(`
     create schema rt_test;
     create table rt_test.members (

@@ -126,9 +126,10 @@ describe('access tokens are no Supabase session (issue 11, item 9)', () => {
     expect(claimsOf(aliceToken)).toMatchObject({ role: 'api_client', aud: 'todo-sharing-api', sub: aliceId })
   })
 
-  it('nobody is granted api_client: PostgREST (authenticator) and Storage cannot switch to it', async () => {
+  it('only Realtime may become api_client: PostgREST (authenticator) and Storage cannot switch to it', async () => {
     const members = await world.sql`select m.member::regrole::text as member from pg_auth_members m where m.roleid = 'api_client'::regrole`
-    expect(members.map((m) => m.member).filter((m) => m !== 'postgres')).toEqual([])
+    // Only its creator (postgres, which needs admin to grant it) and, on Supabase, Realtime's runtime role.
+    expect(members.map((m) => m.member).filter((m) => m !== 'postgres' && m !== 'supabase_realtime_admin')).toEqual([])
     for (const service of ['authenticator', 'authenticated', 'anon', 'service_role']) {
       const [row] = await world.sql`select pg_has_role(${service}, 'api_client', 'member') as member`
       expect(row!.member, service).toBe(false)
@@ -156,6 +157,33 @@ describe('access tokens are no Supabase session (issue 11, item 9)', () => {
     expect(await mayRead(world.sql, aliceToken, conversationTopic)).toBe(true)
     expect(await mayRead(world.sql, asSession, conversationTopic)).toBe(false)
     expect(await mayWrite(world.sql, asSession, `${conversationTopic}:typing`)).toBe(false)
+    // Our role with the auth.users uuid as sub (the old token shape) names nobody either.
+    const uuid = aliceId.replace(/^user_(.{8})(.{4})(.{4})(.{4})(.{12})$/, '$1-$2-$3-$4-$5')
+    const oldShape = ['x', Buffer.from(JSON.stringify({ ...claimsOf(aliceToken), sub: uuid })).toString('base64url'), 'x'].join('.')
+    expect(await mayRead(world.sql, oldShape, conversationTopic)).toBe(false)
+  })
+
+  it('a row is read and written only under its own topic: a typing writer cannot plant a row on the server\'s topic', async () => {
+    const claims = claimsOf(bobToken)
+    const typing = `${conversationTopic}:typing`
+    let planted = 'unset'
+    await world.sql.begin(async (tx) => {
+      await tx`select set_config('role', 'api_client', true), set_config('realtime.topic', ${typing}, true),
+                      set_config('request.jwt.claims', ${JSON.stringify(claims)}, true)`
+      planted = await tx.savepoint((sp) => sp`insert into realtime.messages (topic, extension, private, event, payload)
+        values (${conversationTopic}, 'broadcast', true, 'message.created', '{}')`).then(() => 'inserted', (err) => err.code)
+      throw new Error('rollback')
+    }).catch((err) => { if ((err as Error).message !== 'rollback') throw err })
+    expect(planted).toBe('42501')
+  })
+
+  it('the migration can tell what api_client lacks, one privilege at a time', async () => {
+    expect((await world.sql`select app.api_client_missing_privileges() as missing`)[0]!.missing).toEqual([])
+    await world.sql.begin(async (tx) => {
+      await tx`revoke insert on realtime.messages from api_client`
+      expect((await tx`select app.api_client_missing_privileges() as missing`)[0]!.missing).toEqual(['insert on realtime.messages'])
+      throw new Error('rollback')
+    }).catch((err) => { if ((err as Error).message !== 'rollback') throw err })
   })
 })
 

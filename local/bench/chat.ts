@@ -38,7 +38,7 @@ export async function measureChatLatency(options: { databaseUrl: string; jwtSecr
   baseUrl = await new Promise<string>((resolve) => {
     server = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0 }, (info) => resolve(`http://127.0.0.1:${info.port}`))
   })
-  const realtime = await startRealtimeGateway({ databaseUrl: options.databaseUrl, jwtSecret: options.jwtSecret })
+  const realtime = await startRealtimeGateway({ databaseUrl: options.databaseUrl, jwtSecret: options.jwtSecret, privateOnly: true })
   realtime.attach(server!)
 
   const ctx = { sql, jwtSecret: options.jwtSecret, publicUrl: 'http://bench.test' }

@@ -3,19 +3,25 @@
 -- auth.users id as `sub`: on Supabase an app's token was also a full session for PostgREST,
 -- Storage and Auth, past its scopes and its revocation. Tokens now carry audience
 -- `todo-sharing-api`, the member's public id (`user_…`) as `sub`, and role `api_client`:
---   * nobody is granted api_client, so PostgREST (login role authenticator) and Storage
---     (supabase_storage_admin) cannot switch to it, and Supabase Auth refuses a non-uuid sub;
---   * Supabase Realtime (which connects as a superuser and checks only signature, exp and role)
---     switches to it to run the policies below, the only thing it may do: read our topics and
---     write the typing topics;
+--   * only Realtime may become api_client: PostgREST (login role authenticator) and Storage
+--     (supabase_storage_admin) are not granted it, so they cannot switch to it, and Supabase
+--     Auth refuses a non-uuid sub;
+--   * Supabase Realtime (which checks only signature, exp and role) switches to it to run the
+--     policies below, the only thing it may do: read our topics and write the typing topics.
+--     It connects as supabase_admin (a superuser) today; its least-privilege runtime role
+--     supabase_realtime_admin, where it exists, is granted api_client so that it can too;
 --   * the API never uses the role: it checks the token (functions/lib/tokens.ts) and asks
 --     app.authenticate, which now matches `sub` as a public id.
 
 do $$
 begin
   if not exists (select 1 from pg_roles where rolname = 'api_client') then
-    -- nologin: only a service that may become any role (Realtime's superuser) ever acts as it.
+    -- nologin: only Realtime ever acts as it, by switching to it for a token that names it.
     create role api_client nologin noinherit;
+  end if;
+  if exists (select 1 from pg_roles where rolname = 'supabase_realtime_admin') then
+    -- Realtime's least-privilege runtime role (replacing supabase_admin) may switch to it.
+    execute 'grant api_client to supabase_realtime_admin';
   end if;
 end
 $$;
@@ -163,20 +169,48 @@ revoke execute on function app.realtime_may_join(text), app.realtime_may_send(te
 drop policy "Participants with a chat token receive their conversations' and inbox broadcasts" on realtime.messages;
 create policy "Participants with a chat token receive their conversations' and inbox broadcasts" on realtime.messages
   for select to api_client
-  using (realtime.messages.extension = 'broadcast' and (select app.realtime_may_join(realtime.topic())));
+  using (realtime.messages.extension = 'broadcast'
+         and realtime.messages.topic = (select realtime.topic())
+         and (select app.realtime_may_join(realtime.topic())));
 
 drop policy "Participants with a chat token may broadcast on their conversations' typing topics only" on realtime.messages;
 create policy "Participants with a chat token may broadcast on their conversations' typing topics only" on realtime.messages
   for insert to api_client
-  with check (realtime.messages.extension = 'broadcast' and (select app.realtime_may_send(realtime.topic())));
+  with check (realtime.messages.extension = 'broadcast'
+              and realtime.messages.topic = (select realtime.topic())
+              and (select app.realtime_may_send(realtime.topic())));
+
+create function app.api_client_missing_privileges()
+returns text[]
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  missing text[] := array[]::text[];
+begin
+  -- Each privilege on its own: has_table_privilege with a list is true when any one is held.
+  if not has_schema_privilege('api_client', 'realtime', 'usage') then missing := missing || 'usage on schema realtime'::text; end if;
+  if not has_table_privilege('api_client', 'realtime.messages', 'select') then missing := missing || 'select on realtime.messages'::text; end if;
+  if not has_table_privilege('api_client', 'realtime.messages', 'insert') then missing := missing || 'insert on realtime.messages'::text; end if;
+  if not has_function_privilege('api_client', 'realtime.topic()', 'execute') then missing := missing || 'execute on realtime.topic()'::text; end if;
+  if not has_function_privilege('api_client', 'app.realtime_may_join(text)', 'execute')
+     or not has_function_privilege('api_client', 'app.realtime_may_send(text)', 'execute') then
+    missing := missing || 'execute on app.realtime_may_join(text) and app.realtime_may_send(text)'::text;
+  end if;
+  return missing;
+end;
+$$;
+comment on function app.api_client_missing_privileges() is
+  'What the token role api_client lacks of what the realtime.messages policies need (empty when nothing). Why: on Supabase the realtime schema belongs to the platform, and where postgres has no grant option there a grant only warns; chat joins then fail closed. The migration that grants them checks with it, and an operator can ask it after a deploy.';
+revoke execute on function app.api_client_missing_privileges() from public;
 
 do $$
+declare
+  missing text[] := app.api_client_missing_privileges();
 begin
-  -- On Supabase the realtime schema belongs to the platform: if these grants did not take
-  -- (no grant option), chat joins fail closed. Say so loudly instead of deploying a silent gap.
-  if not (has_schema_privilege('api_client', 'realtime', 'usage')
-          and has_table_privilege('api_client', 'realtime.messages', 'select, insert')) then
-    raise warning 'api_client lacks usage on schema realtime or select/insert on realtime.messages: run docs/deploy.md "Realtime grants" as supabase_admin';
+  if cardinality(missing) > 0 then
+    raise warning 'api_client lacks %: chat over Realtime is refused until it has them (docs/deploy.md, "Realtime")', array_to_string(missing, ', ');
   end if;
 end
 $$;

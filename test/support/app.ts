@@ -43,6 +43,8 @@ export type TestWorld = Awaited<ReturnType<typeof startWorld>>
 export interface WorldOptions {
   /** statement_timeout of the app's connections; production's default unless a test needs less. */
   statementTimeoutMs?: number
+  /** Refuse public Realtime channels, as `npm start` (and production's setting) does. Default true. */
+  realtimePrivateOnly?: boolean
 }
 
 export async function startWorld(options: WorldOptions = {}) {
@@ -70,7 +72,7 @@ export async function startWorld(options: WorldOptions = {}) {
   })
   publicUrl = baseUrl
   // The Realtime gateway on the same server, as `npm start` serves it (ws://…/realtime/v1/websocket).
-  const realtime = await startRealtimeGateway({ databaseUrl: url, jwtSecret: JWT_SECRET })
+  const realtime = await startRealtimeGateway({ databaseUrl: url, jwtSecret: JWT_SECRET, privateOnly: options.realtimePrivateOnly ?? true })
   realtime.attach(server!)
 
   const adminContext = { sql, jwtSecret: JWT_SECRET, publicUrl: 'http://api.test' }
