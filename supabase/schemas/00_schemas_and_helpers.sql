@@ -46,6 +46,8 @@ create table app.time_zones (
 );
 comment on table app.time_zones is
   'IANA time zone identifiers the database can compute local days in. Why a table: pg_timezone_names reads the zoneinfo directory on every call (milliseconds), a primary key lookup does not; and users.time_zone can reference it.';
+-- Its rows (every name pg_timezone_names knows) are data, not schema: migration
+-- 20261122000100 inserted them, and a schema diff neither sees nor writes rows.
 
 -- ============================================================================
 -- Helpers

@@ -33,7 +33,7 @@ create table app.users (
   streak_last_day     date,
   streak_length       integer not null default 0 check (streak_length >= 0),
   best_streak         integer not null default 0 check (best_streak >= 0),
-  constraint users_username_format check ((username ~ '^[A-Za-z0-9_]{1,39}$'::text) and (lower(username) <> 'me'::text))
+  constraint users_username_format check ((username ~ '^[A-Za-z0-9_]{1,39}$') and (lower(username) <> 'me'))
 );
 comment on table app.users is
   'A member of the service: the public profile and settings of an auth.users row.';

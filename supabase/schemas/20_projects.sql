@@ -28,8 +28,8 @@ create table app.projects (
   followers_count integer not null default 0 check (followers_count >= 0),
   created_at      timestamp with time zone not null default now(),
   updated_at      timestamp with time zone not null default now(),
-  constraint projects_hashtag_format check (hashtag ~ '^[A-Za-z0-9_]{1,64}$'::text),
-  constraint projects_slug_format check (slug ~ '^[a-z0-9][a-z0-9-]{0,62}$'::text)
+  constraint projects_hashtag_format check (hashtag ~ '^[A-Za-z0-9_]{1,64}$'),
+  constraint projects_slug_format check (slug ~ '^[a-z0-9][a-z0-9-]{0,62}$')
 );
 comment on table app.projects is
   'Something members build. #hashtag in a todo mentions it; its makers'' todos count toward it.';

@@ -77,7 +77,7 @@ create index mutes_muted_user_id_idx on app.mutes (muted_user_id);
 create table app.reports (
   id               uuid primary key default gen_random_uuid(),
   reporter_id      uuid not null references app.users(id) on delete cascade,
-  reportable_type  text not null check (reportable_type = any (array['Todo'::text, 'Comment'::text, 'User'::text])),
+  reportable_type  text not null check (reportable_type = any (array['Todo', 'Comment', 'User'])),
   reportable_id    text not null,
   todo_id          uuid references app.todos(id) on delete set null,
   comment_id       uuid references app.comments(id) on delete set null,

@@ -61,7 +61,7 @@ create index messages_user_id_conversation_id_idx on app.messages (user_id, conv
 create table app.message_reactions (
   message_id uuid references app.messages(id) on delete cascade,
   user_id    uuid references app.users(id) on delete cascade,
-  content    text check (content = any (array['👍'::text, '❤️'::text, '😂'::text, '🔥'::text, '🙏'::text])),
+  content    text check (content = any (array['👍', '❤️', '😂', '🔥', '🙏'])),
   created_at timestamp with time zone not null default now(),
   constraint message_reactions_pkey primary key (message_id, user_id, content)
 );
