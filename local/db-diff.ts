@@ -1,7 +1,11 @@
 // `npm run db:diff -- <name>`: builds one database from sql/platform.sql + supabase/migrations and
 // one from sql/platform.sql + supabase/schemas, and writes the SQL that brings the first to the
 // second as supabase/migrations/<timestamp>_<name>.sql, for review. Nothing is written when they
-// agree. Uses DATABASE_URL's server when set (it creates and drops two scratch databases there),
+// agree.
+// `npm run db:diff -- --fold`: the other direction, printed: what the migrations build that the
+// schema files do not say (a migration written by hand or merged from another branch), each
+// statement headed by the domain file to fold it into. Writes nothing.
+// Uses DATABASE_URL's server when set (it creates and drops two scratch databases there),
 // otherwise a throwaway embedded PostgreSQL.
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -32,8 +36,10 @@ function withDatabase(serverUrl: string, database: string): string {
 
 async function main() {
   const name = process.argv[2]
-  if (!name || !/^[a-z0-9_]+$/.test(name)) {
+  const fold = name === '--fold'
+  if (!name || (!fold && !/^[a-z0-9_]+$/.test(name))) {
     console.error('usage: npm run db:diff -- <name>   (lower case words joined by _, e.g. add_todo_pins)')
+    console.error('       npm run db:diff -- --fold   (print what the migrations have that supabase/schemas lacks)')
     process.exit(2)
   }
   let serverUrl = process.env.DATABASE_URL
@@ -60,6 +66,16 @@ async function main() {
     } finally {
       await from.end()
       await to.end()
+    }
+    if (fold) {
+      const missing = await diffDatabases(toUrl, fromUrl)
+      if (!missing) console.log('supabase/schemas already says everything the migrations build: nothing to fold.')
+      else {
+        console.log('-- What the migrations build that supabase/schemas does not say (schema files -> migrations).')
+        console.log('-- Fold each statement into the domain file named above it, in the file\'s own style.\n')
+        console.log(await explainDiff(missing))
+      }
+      return
     }
     const diff = await diffDatabases(fromUrl, toUrl)
     if (!diff) {

@@ -38,9 +38,11 @@ export async function applySchemaFiles(sql: Sql, dir = SCHEMAS_DIR): Promise<voi
  * whenever it prints anything, which alone is no difference.
  */
 export async function diffDatabases(fromUrl: string, toUrl: string): Promise<string> {
-  const args = ['db', 'diff', '--from', cliUrl(fromUrl), '--to', cliUrl(toUrl)]
+  // --strict-coverage: an object kind pg-delta cannot manage fails the diff instead of being
+  // left out of it silently.
+  const args = ['db', 'diff', '--strict-coverage', '--from', cliUrl(fromUrl), '--to', cliUrl(toUrl)]
   const result = await supabase(args)
-  if (result.code !== 0) throw new Error(describeRun('db diff --from <migrations> --to <schemas>', result))
+  if (result.code !== 0) throw new Error(describeRun('db diff --strict-coverage --from <url> --to <url>', result))
   const statements = result.stdout.trim()
   const meaningful = statements.split('\n').filter((l) => l.trim() && !/^set local check_function_bodies/i.test(l.trim()))
   return meaningful.length ? statements + '\n' : ''

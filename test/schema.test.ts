@@ -42,8 +42,8 @@ const HOW_TO_FIX = [
   'supabase/migrations and supabase/schemas disagree. The SQL below would bring a database built by',
   'the migrations to the schema files; each statement is headed by the domain file of its object.',
   '- You edited a schema file: `npm run db:diff -- <name>` writes this as a migration for review.',
-  '- You wrote (or merged) a migration: make the same change in the named domain file (README,',
-  '  "Changing the schema").',
+  '- You wrote (or merged) a migration: `npm run db:diff -- --fold` prints what it built, each',
+  '  statement headed by the domain file to fold it into (README, "Changing the schema").',
   '',
   '',
 ].join('\n')
