@@ -1,4 +1,4 @@
--- Users and credentials: profiles, follows between members, API keys, OAuth clients and tokens, and how a request is authenticated.
+-- Users and credentials: profiles, follows, API keys, OAuth, authentication.
 --
 -- A member is an app.users row keyed by the auth.users id. Credentials never leave the
 -- database: API keys are stored as SHA-256 hashes, OAuth tokens by jti; app.authenticate
@@ -262,6 +262,109 @@ create trigger _100_set_updated_at
   before update on app.users
   for each row
   execute function app.tg__set_updated_at();
+
+-- ============================================================================
+-- API functions
+-- ============================================================================
+create function api.user_get(user_ref text)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  result jsonb;
+begin
+  select app.user_json(u) into result from app.users u where u.id = app.resolve_user(user_ref);
+  if result is null then
+    perform app.http_error(404, format('No user matches %L.', user_ref));
+  end if;
+  return result;
+end;
+$$;
+comment on function api.user_get(text) is
+  'GET /v1/users/{username} and GET /v1/users/me.';
+grant execute on function api.user_get(text) to authenticated;
+
+create function api.user_update_me(patch jsonb)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  me app.users;
+begin
+  if patch ? 'time_zone' and not exists (select 1 from app.time_zones z where z.name = patch ->> 'time_zone') then
+    perform app.http_error(422, 'time_zone must be an IANA time zone identifier, such as "Europe/Berlin".');
+  end if;
+  if patch ? 'dismissed_time_zone' and patch ->> 'dismissed_time_zone' is not null
+     and not exists (select 1 from app.time_zones z where z.name = patch ->> 'dismissed_time_zone') then
+    perform app.http_error(422, 'dismissed_time_zone must be an IANA time zone identifier, such as "Europe/Berlin".');
+  end if;
+
+  update app.users u set
+    time_zone = case when patch ? 'time_zone' then patch ->> 'time_zone' else u.time_zone end,
+    -- Setting time_zone clears a stored dismissal, unless the same request names one.
+    dismissed_time_zone = case
+      when patch ? 'dismissed_time_zone' then patch ->> 'dismissed_time_zone'
+      when patch ? 'time_zone' then null
+      else u.dismissed_time_zone end
+  where u.id = (select auth.uid())
+  returning * into me;
+
+  if me.id is null then
+    perform app.http_error(404, 'Your user record was not found.');
+  end if;
+  return app.user_json(me);
+end;
+$$;
+comment on function api.user_update_me(jsonb) is
+  'PATCH /v1/users/me. Takes the validated JSON patch so that "absent" and "null" stay distinct. Zones are checked against app.time_zones (422).';
+grant execute on function api.user_update_me(jsonb) to authenticated;
+
+create function api.search_users(query text)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  with typed as (
+    -- LIKE wildcards a user types are literal characters: `%` must not match everyone.
+    select lower(btrim(coalesce(query, ''))) as prefix,
+           replace(replace(replace(lower(btrim(coalesce(query, ''))), '\', '\\'), '%', '\%'), '_', '\_') as pattern
+  ), frequent as (
+    select m.user_id, count(*) as mentions
+    from app.todo_user_mentions m
+    join app.todos t on t.id = m.todo_id
+    where t.user_id = (select auth.uid())
+    group by m.user_id
+  ), found as (
+    select u, coalesce(f.mentions, 0) as mentions
+    from app.users u
+    left join frequent f on f.user_id = u.id
+    cross join typed
+    where u.id <> (select auth.uid())
+      and case
+        when typed.prefix = '' then f.mentions is not null
+        else lower(u.username) like typed.pattern || '%'
+          or lower(u.first_name) like typed.pattern || '%'
+          or lower(u.last_name) like typed.pattern || '%'
+          or lower(u.first_name || ' ' || u.last_name) like typed.pattern || '%'
+      end
+    order by coalesce(f.mentions, 0) desc, (lower(u.username) = (select prefix from typed)) desc, length(u.username), lower(u.username)
+    limit 10
+  )
+  select jsonb_build_object(
+    'data', coalesce(jsonb_agg(app.user_json(found.u) order by found.mentions desc, (lower((found.u).username) = (select prefix from typed)) desc, length((found.u).username), lower((found.u).username)), '[]'::jsonb),
+    'has_more', false,
+    'total_count', count(*),
+    'after', null)
+  from found
+$$;
+comment on function api.search_users(text) is
+  'GET /v1/search/users: mention autocomplete. Prefix match (LIKE wildcards escaped) on username, first, last and full name; people the viewer mentions most come first; an empty query returns only those. At most 10, not paginated.';
+grant execute on function api.search_users(text) to authenticated;
 
 -- ============================================================================
 -- Execute only where granted above

@@ -1,4 +1,4 @@
--- Chat: conversations, messages, reactions, read receipts and realtime broadcasts.
+-- Chat: conversations, messages, reactions, read receipts, realtime broadcasts.
 --
 -- Direct conversations between two members. Messages are broadcast by triggers through
 -- realtime.send to private topics; the policies on realtime.messages at the end of the

@@ -1,4 +1,4 @@
--- Uploads: attachments of todos, comments and messages, stored files and their deletion.
+-- Uploads: attachments of todos, comments and messages, and their stored files.
 --
 -- Files uploaded with signed URLs, then attached to a todo, comment or message. Deleting an
 -- upload queues its stored file for deletion (app.file_deletions), drained by the worker.
@@ -10,13 +10,6 @@ set check_function_bodies = off;
 -- ============================================================================
 -- Tables
 -- ============================================================================
-create table app.file_deletions (
-  key          text primary key,
-  requested_at timestamp with time zone not null default now()
-);
-comment on table app.file_deletions is
-  'Outbox of stored files to delete. Written in the same transaction that removes an upload (nothing is lost on a crash); the storage worker deletes the file and then the row.';
-
 create table app.uploads (
   id           uuid primary key default gen_random_uuid(),
   user_id      uuid not null references app.users(id) on delete cascade,
@@ -49,6 +42,13 @@ create index uploads_comment_id_idx on app.uploads (comment_id, attached_at, id)
 create index uploads_unattached_idx on app.uploads (created_at) where (attached_at is null);
 create index uploads_message_id_idx on app.uploads (message_id) where (message_id is not null);
 create index uploads_unmeasured_idx on app.uploads (created_at) where (measured_at is null);
+
+create table app.file_deletions (
+  key          text primary key,
+  requested_at timestamp with time zone not null default now()
+);
+comment on table app.file_deletions is
+  'Outbox of stored files to delete. Written in the same transaction that removes an upload (nothing is lost on a crash); the storage worker deletes the file and then the row.';
 
 -- ============================================================================
 -- Helpers
@@ -248,10 +248,6 @@ grant execute on function app.record_image_size(text, integer, integer) to servi
 -- ============================================================================
 -- Row-level security and grants
 -- ============================================================================
--- app.file_deletions
-alter table app.file_deletions enable row level security;
--- No policy and no grant: members never touch this table; security definer functions do.
-
 -- app.uploads
 alter table app.uploads enable row level security;
 create policy "Attachments are visible with what they are attached to; uploads to their owner" on app.uploads
@@ -265,6 +261,10 @@ create policy "Members upload in their own name with a writing or chat credentia
   with check (user_id = (select auth.uid()) and ((select app.can_write()) or (select app.can_chat())));
 grant select on app.uploads to authenticated;
 grant insert (user_id, key, filename, byte_size, checksum, content_type) on app.uploads to authenticated;
+
+-- app.file_deletions
+alter table app.file_deletions enable row level security;
+-- No policy and no grant: members never touch this table; security definer functions do.
 
 -- ============================================================================
 -- Triggers

@@ -1,4 +1,4 @@
--- Rendering: the /v1 JSON of every resource, built set-based, as the viewer may see it.
+-- Rendering: the /v1 JSON of every resource, as the viewer may see it.
 --
 -- The /v1 JSON of every resource, as the viewer may see it. The *_json_body functions are
 -- inlined expressions over a row; the plural *_json functions render a whole page in a
