@@ -4,8 +4,9 @@
 -- database: API keys are stored as SHA-256 hashes, OAuth tokens by jti; app.authenticate
 -- turns either into the claims every other function reads (app.claims()).
 
--- Functions call helpers defined in later files (the renderers of 70_rendering.sql); their
--- bodies are the text the migrations created and checked, which test/schema.test.ts proves.
+-- Function bodies are not checked here: they call functions of later files (the renderers
+-- of 70_rendering.sql) and sections. They are the bodies the migrations created and checked,
+-- as test/schema.test.ts proves.
 set check_function_bodies = off;
 
 -- ============================================================================
@@ -28,8 +29,8 @@ create table app.users (
   header_color        text,
   todos_count         integer not null default 0 check (todos_count >= 0),
   followers_count     integer not null default 0 check (followers_count >= 0),
-  created_at          timestamp with time zone not null default now(),
-  updated_at          timestamp with time zone not null default now(),
+  created_at          timestamptz not null default now(),
+  updated_at          timestamptz not null default now(),
   streak_last_day     date,
   streak_length       integer not null default 0 check (streak_length >= 0),
   best_streak         integer not null default 0 check (best_streak >= 0),
@@ -57,7 +58,7 @@ create index users_last_name_pattern_idx on app.users (lower(last_name) text_pat
 create table app.user_follows (
   follower_id uuid references app.users(id) on delete cascade,
   followee_id uuid references app.users(id) on delete cascade,
-  created_at  timestamp with time zone not null default now(),
+  created_at  timestamptz not null default now(),
   constraint user_follows_pkey primary key (follower_id, followee_id),
   constraint user_follows_not_self check (follower_id <> followee_id)
 );
@@ -70,7 +71,7 @@ create table app.api_keys (
   user_id    uuid not null references app.users(id) on delete cascade,
   key_hash   bytea not null unique,
   read_only  boolean not null default false,
-  created_at timestamp with time zone not null default now()
+  created_at timestamptz not null default now()
 );
 comment on table app.api_keys is
   'API keys (svc_sk_…). Only the SHA-256 of a key is stored: a leaked table does not leak keys, and keys carry 256 random bits so no salt or slow hash is needed.';
@@ -84,7 +85,7 @@ create table app.oauth_clients (
   first_party   boolean not null default false,
   chat_enabled  boolean not null default false,
   redirect_uris text[] not null default '{}',
-  created_at    timestamp with time zone not null default now()
+  created_at    timestamptz not null default now()
 );
 comment on table app.oauth_clients is
   'Applications that act for users through OAuth 2.0. first_party: our own apps (search, devices). chat_enabled: approved for the chat scope.';
@@ -95,9 +96,9 @@ create table app.oauth_tokens (
   user_id            uuid not null references app.users(id) on delete cascade,
   scopes             text[] not null,
   refresh_token_hash bytea unique,
-  expires_at         timestamp with time zone not null,
-  revoked_at         timestamp with time zone,
-  created_at         timestamp with time zone not null default now()
+  expires_at         timestamptz not null,
+  revoked_at         timestamptz,
+  created_at         timestamptz not null default now()
 );
 comment on table app.oauth_tokens is
   'Every issued access token (a JWT) by its jti, so a token can be revoked before it expires and deleting a client or user ends its tokens.';

@@ -3,8 +3,9 @@
 -- Every write that grows a table calls app.hit_rate_limit with its action; the thresholds
 -- live in app.rate_limits (docs/rate-limits.md).
 
--- Functions call helpers defined in later files (the renderers of 70_rendering.sql); their
--- bodies are the text the migrations created and checked, which test/schema.test.ts proves.
+-- Function bodies are not checked here: they call functions of later files (the renderers
+-- of 70_rendering.sql) and sections. They are the bodies the migrations created and checked,
+-- as test/schema.test.ts proves.
 set check_function_bodies = off;
 
 -- ============================================================================
@@ -22,7 +23,7 @@ comment on table app.rate_limits is
 create table app.rate_limit_counters (
   user_id      uuid references app.users(id) on delete cascade,
   action       text references app.rate_limits(action) on delete cascade,
-  window_start timestamp with time zone,
+  window_start timestamptz,
   events       integer not null,
   constraint rate_limit_counters_pkey primary key (user_id, action, window_start)
 );

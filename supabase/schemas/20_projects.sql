@@ -3,8 +3,9 @@
 -- A project has makers (its owner is one) and followers; its privacy decides who sees it
 -- (app.can_see_project). Rendering is in 70_rendering.sql.
 
--- Functions call helpers defined in later files (the renderers of 70_rendering.sql); their
--- bodies are the text the migrations created and checked, which test/schema.test.ts proves.
+-- Function bodies are not checked here: they call functions of later files (the renderers
+-- of 70_rendering.sql) and sections. They are the bodies the migrations created and checked,
+-- as test/schema.test.ts proves.
 set check_function_bodies = off;
 
 -- ============================================================================
@@ -26,8 +27,8 @@ create table app.projects (
   header_key      text,
   header_color    text,
   followers_count integer not null default 0 check (followers_count >= 0),
-  created_at      timestamp with time zone not null default now(),
-  updated_at      timestamp with time zone not null default now(),
+  created_at      timestamptz not null default now(),
+  updated_at      timestamptz not null default now(),
   constraint projects_hashtag_format check (hashtag ~ '^[A-Za-z0-9_]{1,64}$'),
   constraint projects_slug_format check (slug ~ '^[a-z0-9][a-z0-9-]{0,62}$')
 );
@@ -44,7 +45,7 @@ create table app.project_makers (
   project_id uuid references app.projects(id) on delete cascade,
   user_id    uuid references app.users(id) on delete cascade,
   accepted   boolean not null default true,
-  created_at timestamp with time zone not null default now(),
+  created_at timestamptz not null default now(),
   constraint project_makers_pkey primary key (project_id, user_id)
 );
 comment on table app.project_makers is
@@ -54,7 +55,7 @@ create index project_makers_user_id_idx on app.project_makers (user_id, project_
 create table app.project_follows (
   user_id    uuid references app.users(id) on delete cascade,
   project_id uuid references app.projects(id) on delete cascade,
-  created_at timestamp with time zone not null default now(),
+  created_at timestamptz not null default now(),
   constraint project_follows_pkey primary key (user_id, project_id)
 );
 comment on table app.project_follows is

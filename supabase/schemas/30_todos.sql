@@ -4,8 +4,9 @@
 -- members by @username, and carries its author's privacy so its select policy needs no
 -- lookup. Counters and streaks are kept by triggers; rendering is in 70_rendering.sql.
 
--- Functions call helpers defined in later files (the renderers of 70_rendering.sql); their
--- bodies are the text the migrations created and checked, which test/schema.test.ts proves.
+-- Function bodies are not checked here: they call functions of later files (the renderers
+-- of 70_rendering.sql) and sections. They are the bodies the migrations created and checked,
+-- as test/schema.test.ts proves.
 set check_function_bodies = off;
 
 -- ============================================================================
@@ -21,8 +22,8 @@ create table app.todos (
   search          tsvector not null generated always as (to_tsvector('simple'::regconfig, body)) stored,
   reactions_count integer not null default 0 check (reactions_count >= 0),
   comments_count  integer not null default 0 check (comments_count >= 0),
-  created_at      timestamp with time zone not null default now(),
-  updated_at      timestamp with time zone not null default now(),
+  created_at      timestamptz not null default now(),
+  updated_at      timestamptz not null default now(),
   author_privacy  app.privacy not null
 );
 comment on table app.todos is
@@ -66,7 +67,7 @@ create index todo_user_mentions_user_id_idx on app.todo_user_mentions (user_id, 
 create table app.streak_freezes (
   user_id uuid references app.users(id) on delete cascade,
   day     date,
-  used_at timestamp with time zone not null default now(),
+  used_at timestamptz not null default now(),
   constraint streak_freezes_pkey primary key (user_id, day)
 );
 comment on table app.streak_freezes is

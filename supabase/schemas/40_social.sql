@@ -3,8 +3,9 @@
 -- Comments, reactions, follows, mutes and reports: who may see and do what, the counters
 -- triggers keep, and the social endpoints including the timeline.
 
--- Functions call helpers defined in later files (the renderers of 70_rendering.sql); their
--- bodies are the text the migrations created and checked, which test/schema.test.ts proves.
+-- Function bodies are not checked here: they call functions of later files (the renderers
+-- of 70_rendering.sql) and sections. They are the bodies the migrations created and checked,
+-- as test/schema.test.ts proves.
 set check_function_bodies = off;
 
 -- ============================================================================
@@ -17,8 +18,8 @@ create table app.comments (
   parent_id       uuid references app.comments(id) on delete cascade,
   body            text not null default '' check (length(body) <= 10000),
   reactions_count integer not null default 0 check (reactions_count >= 0),
-  created_at      timestamp with time zone not null default now(),
-  updated_at      timestamp with time zone not null default now()
+  created_at      timestamptz not null default now(),
+  updated_at      timestamptz not null default now()
 );
 comment on table app.comments is
   'A comment on a todo, or a reply to another comment on the same todo (parent_id). Deleting a comment deletes its replies (cascade). Body may be empty when the comment carries attachments.';
@@ -31,7 +32,7 @@ create table app.reactions (
   user_id    uuid not null references app.users(id) on delete cascade,
   todo_id    uuid references app.todos(id) on delete cascade,
   comment_id uuid references app.comments(id) on delete cascade,
-  created_at timestamp with time zone not null default now(),
+  created_at timestamptz not null default now(),
   constraint reactions_one_target check (num_nonnulls(todo_id, comment_id) = 1)
 );
 comment on table app.reactions is
@@ -66,7 +67,7 @@ create index comment_user_mentions_user_id_idx on app.comment_user_mentions (use
 create table app.mutes (
   user_id       uuid references app.users(id) on delete cascade,
   muted_user_id uuid references app.users(id) on delete cascade,
-  created_at    timestamp with time zone not null default now(),
+  created_at    timestamptz not null default now(),
   constraint mutes_pkey primary key (user_id, muted_user_id),
   constraint mutes_not_self check (user_id <> muted_user_id)
 );
@@ -82,7 +83,7 @@ create table app.reports (
   todo_id          uuid references app.todos(id) on delete set null,
   comment_id       uuid references app.comments(id) on delete set null,
   reported_user_id uuid references app.users(id) on delete set null,
-  created_at       timestamp with time zone not null default now(),
+  created_at       timestamptz not null default now(),
   constraint reports_one_target check (num_nonnulls(todo_id, comment_id, reported_user_id) <= 1)
 );
 comment on table app.reports is

@@ -4,8 +4,9 @@
 -- realtime.send to private topics; the policies on realtime.messages at the end of the
 -- row-level security section decide who may join and send.
 
--- Functions call helpers defined in later files (the renderers of 70_rendering.sql); their
--- bodies are the text the migrations created and checked, which test/schema.test.ts proves.
+-- Function bodies are not checked here: they call functions of later files (the renderers
+-- of 70_rendering.sql) and sections. They are the bodies the migrations created and checked,
+-- as test/schema.test.ts proves.
 set check_function_bodies = off;
 
 -- ============================================================================
@@ -16,9 +17,9 @@ create table app.conversations (
   user_low        uuid not null references app.users(id) on delete cascade,
   user_high       uuid not null references app.users(id) on delete cascade,
   started_by      uuid not null references app.users(id) on delete cascade,
-  last_message_at timestamp with time zone,
-  created_at      timestamp with time zone not null default now(),
-  updated_at      timestamp with time zone not null default now(),
+  last_message_at timestamptz,
+  created_at      timestamptz not null default now(),
+  updated_at      timestamptz not null default now(),
   constraint conversations_ordered_pair check (user_low < user_high),
   constraint conversations_pair_key unique (user_low, user_high)
 );
@@ -31,8 +32,8 @@ create table app.conversation_members (
   conversation_id uuid references app.conversations(id) on delete cascade,
   user_id         uuid references app.users(id) on delete cascade,
   other_user_id   uuid not null references app.users(id) on delete cascade,
-  last_message_at timestamp with time zone,
-  last_read_at    timestamp with time zone,
+  last_message_at timestamptz,
+  last_read_at    timestamptz,
   unread          boolean not null default false,
   constraint conversation_members_pkey primary key (conversation_id, user_id)
 );
@@ -49,8 +50,8 @@ create table app.messages (
   user_id           uuid not null references app.users(id) on delete cascade,
   body              text not null default '' check (length(body) <= 10000),
   client_message_id uuid,
-  created_at        timestamp with time zone not null default now(),
-  updated_at        timestamp with time zone not null default now(),
+  created_at        timestamptz not null default now(),
+  updated_at        timestamptz not null default now(),
   constraint messages_client_message_id_key unique (conversation_id, user_id, client_message_id)
 );
 comment on table app.messages is
@@ -62,7 +63,7 @@ create table app.message_reactions (
   message_id uuid references app.messages(id) on delete cascade,
   user_id    uuid references app.users(id) on delete cascade,
   content    text check (content = any (array['👍', '❤️', '😂', '🔥', '🙏'])),
-  created_at timestamp with time zone not null default now(),
+  created_at timestamptz not null default now(),
   constraint message_reactions_pkey primary key (message_id, user_id, content)
 );
 comment on table app.message_reactions is

@@ -3,8 +3,9 @@
 -- Files uploaded with signed URLs, then attached to a todo, comment or message. Deleting an
 -- upload queues its stored file for deletion (app.file_deletions), drained by the worker.
 
--- Functions call helpers defined in later files (the renderers of 70_rendering.sql); their
--- bodies are the text the migrations created and checked, which test/schema.test.ts proves.
+-- Function bodies are not checked here: they call functions of later files (the renderers
+-- of 70_rendering.sql) and sections. They are the bodies the migrations created and checked,
+-- as test/schema.test.ts proves.
 set check_function_bodies = off;
 
 -- ============================================================================
@@ -22,11 +23,11 @@ create table app.uploads (
   height       integer check (height > 0),
   todo_id      uuid references app.todos(id) on delete cascade,
   comment_id   uuid references app.comments(id) on delete cascade,
-  attached_at  timestamp with time zone,
-  created_at   timestamp with time zone not null default now(),
-  updated_at   timestamp with time zone not null default now(),
+  attached_at  timestamptz,
+  created_at   timestamptz not null default now(),
+  updated_at   timestamptz not null default now(),
   message_id   uuid references app.messages(id) on delete cascade,
-  measured_at  timestamp with time zone,
+  measured_at  timestamptz,
   constraint uploads_attached_has_time check (((todo_id is null) and (comment_id is null) and (message_id is null)) = (attached_at is null)),
   constraint uploads_one_target check (num_nonnulls(todo_id, comment_id, message_id) <= 1)
 );
@@ -45,7 +46,7 @@ create index uploads_unmeasured_idx on app.uploads (created_at) where (measured_
 
 create table app.file_deletions (
   key          text primary key,
-  requested_at timestamp with time zone not null default now()
+  requested_at timestamptz not null default now()
 );
 comment on table app.file_deletions is
   'Outbox of stored files to delete. Written in the same transaction that removes an upload (nothing is lost on a crash); the storage worker deletes the file and then the row.';

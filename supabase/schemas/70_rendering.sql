@@ -1,11 +1,12 @@
 -- Rendering: the /v1 JSON of every resource, as the viewer may see it.
 --
--- The /v1 JSON of every resource, as the viewer may see it. The *_json_body functions are
--- inlined expressions over a row; the plural *_json functions render a whole page in a
+-- What every endpoint answers with. The *_json_body functions are
+-- inlined expressions over one row; the plural *_json functions render a whole page in a
 -- few set-based statements; *_page adds the pagination envelope.
 
--- Functions call helpers defined in later files (the renderers of 70_rendering.sql); their
--- bodies are the text the migrations created and checked, which test/schema.test.ts proves.
+-- Function bodies are not checked here: they call functions of later files (the renderers
+-- of 70_rendering.sql) and sections. They are the bodies the migrations created and checked,
+-- as test/schema.test.ts proves.
 set check_function_bodies = off;
 
 -- ============================================================================
