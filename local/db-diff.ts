@@ -13,26 +13,9 @@ import { join, relative } from 'node:path'
 import { createSql } from '../functions/lib/sql.ts'
 import { listMigrations, migrate } from './migrate.ts'
 import { MIGRATIONS_DIR, ROOT } from './paths.ts'
+import { databaseUrl, freePort } from './net.ts'
 import { startEmbeddedPostgres } from './postgres.ts'
 import { applySchemaFiles, diffDatabases, explainDiff, nextVersion } from './schema.ts'
-import { createServer } from 'node:net'
-
-function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const server = createServer()
-    server.on('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address()
-      server.close(() => (typeof address === 'object' && address ? resolvePort(address.port) : reject(new Error('no port'))))
-    })
-  })
-}
-
-function withDatabase(serverUrl: string, database: string): string {
-  const url = new URL(serverUrl)
-  url.pathname = '/' + database
-  return url.toString()
-}
 
 async function main() {
   const name = process.argv[2]
@@ -56,8 +39,8 @@ async function main() {
   const admin = createSql(serverUrl, { max: 1 })
   try {
     for (const db of Object.values(databases)) await admin.unsafe(`create database ${db}`)
-    const fromUrl = withDatabase(serverUrl, databases.migrations)
-    const toUrl = withDatabase(serverUrl, databases.schemas)
+    const fromUrl = databaseUrl(serverUrl, databases.migrations)
+    const toUrl = databaseUrl(serverUrl, databases.schemas)
     const from = createSql(fromUrl, { max: 1 })
     const to = createSql(toUrl, { max: 1 })
     try {

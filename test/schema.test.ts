@@ -12,7 +12,7 @@ import type { Sql } from 'postgres'
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
 import { createSql } from '../functions/lib/sql.ts'
 import { SCHEMAS_DIR, ROOT } from '../local/paths.ts'
-import { applySchemaFiles, diffDatabases, explainDiff, listSchemaFiles } from '../local/schema.ts'
+import { applySchemaFiles, diffDatabases, explainDiff, listSchemaFiles, nextVersion, splitStatements } from '../local/schema.ts'
 import { fingerprint } from './support/catalog.ts'
 import { databaseUrl } from './support/net.ts'
 
@@ -108,5 +108,22 @@ describe('supabase/schemas is the current schema, and the migrations build exact
     expect(diff).toContain('-- index todos_drift_idx on app.todos: supabase/schemas/30_todos.sql')
     // The message a developer would see, for the record.
     console.info(HOW_TO_FIX + diff)
+  })
+})
+
+describe('npm run db:diff helpers', () => {
+  it('a generated migration sorts after every landed one, even when the clock is behind', () => {
+    expect(nextVersion('20261124001000', new Date('2026-11-25T08:09:10Z'))).toBe('20261125080910')
+    expect(nextVersion('20261124004999', new Date('2026-11-24T00:00:00Z'))).toBe('20261124005000')
+    expect(nextVersion(undefined, new Date('2026-11-25T08:09:10Z'))).toBe('20261125080910')
+  })
+
+  it('statements are split at top-level semicolons only (not in bodies, strings or comments)', () => {
+    const sql = "create function f() returns int as $function$ select 1; $function$;\ncomment on function f() is 'a; b'; -- c; d\nselect 2"
+    expect(splitStatements(sql)).toEqual([
+      'create function f() returns int as $function$ select 1; $function$',
+      "comment on function f() is 'a; b'",
+      '-- c; d\nselect 2',
+    ])
   })
 })
