@@ -48,9 +48,13 @@ comment on column app.users.streak_last_day is
   'Last covered local day of the most recent run of consecutive covered days.';
 comment on column app.users.streak_length is
   'Length of the run ending at streak_last_day. The current streak is this while streak_last_day is today or yesterday in the member''s zone, else 0.';
+-- Usernames are unique regardless of case: @Alice and @alice are one person.
 create unique index users_username_key on app.users (lower(username));
+-- Foreign keys to time_zones are indexed like every other, so a zone can be checked for use.
 create index users_time_zone_idx on app.users (time_zone);
 create index users_dismissed_time_zone_idx on app.users (dismissed_time_zone) where (dismissed_time_zone is not null);
+-- Prefix search on names: text_pattern_ops lets LIKE 'x%' use the index under any collation
+-- (Supabase's databases are not C-collated).
 create index users_username_pattern_idx on app.users (lower(username) text_pattern_ops);
 create index users_first_name_pattern_idx on app.users (lower(first_name) text_pattern_ops);
 create index users_last_name_pattern_idx on app.users (lower(last_name) text_pattern_ops);
@@ -64,6 +68,7 @@ create table app.user_follows (
 );
 comment on table app.user_follows is
   'Who follows whom. A follower of a protected user may see their todos.';
+-- The primary key serves "whom do I follow"; this serves "who follows me".
 create index user_follows_followee_idx on app.user_follows (followee_id, follower_id);
 
 create table app.api_keys (
@@ -227,6 +232,8 @@ create policy "Members update their own profile with a writing credential" on ap
   for update to authenticated
   using (id = (select auth.uid()))
   with check (id = (select auth.uid()) and (select app.can_write()));
+-- Profiles are public to members: privacy governs todos, not the existence of a person
+-- (mentions, conversations and followers lists must be able to name them).
 create policy "Profiles are visible to every signed-in member" on app.users
   for select to authenticated using (true);
 grant select on app.users to authenticated;
@@ -259,10 +266,8 @@ alter table app.oauth_tokens enable row level security;
 -- ============================================================================
 -- Triggers
 -- ============================================================================
-create trigger _100_set_updated_at
-  before update on app.users
-  for each row
-  execute function app.tg__set_updated_at();
+create trigger _100_set_updated_at before update on app.users
+  for each row execute function app.tg__set_updated_at();
 
 -- ============================================================================
 -- API functions

@@ -39,6 +39,7 @@ comment on column app.projects.followers_count is
 create unique index projects_slug_key on app.projects (lower(slug));
 create unique index projects_hashtag_key on app.projects (lower(hashtag));
 create index projects_owner_id_idx on app.projects (owner_id);
+-- Keyset pagination of GET /v1/projects: newest first.
 create index projects_created_at_id_idx on app.projects (created_at desc, id desc);
 
 create table app.project_makers (
@@ -213,6 +214,7 @@ grant insert, select, delete on app.project_follows to authenticated;
 -- ============================================================================
 -- Triggers
 -- ============================================================================
+-- The owner is a maker from the start, so "makers see it" needs no special case.
 create function app.tg_projects__add_owner_as_maker()
 returns trigger
 language plpgsql
@@ -229,15 +231,11 @@ end;
 $$;
 comment on function app.tg_projects__add_owner_as_maker() is
   'Makes the owner an accepted maker of a new project. Security definer: the maker list is not writable by members directly.';
-create trigger _200_add_owner_as_maker
-  after insert on app.projects
-  for each row
-  execute function app.tg_projects__add_owner_as_maker();
+create trigger _200_add_owner_as_maker after insert on app.projects
+  for each row execute function app.tg_projects__add_owner_as_maker();
 
-create trigger _100_set_updated_at
-  before update on app.projects
-  for each row
-  execute function app.tg__set_updated_at();
+create trigger _100_set_updated_at before update on app.projects
+  for each row execute function app.tg__set_updated_at();
 
 -- ============================================================================
 -- API functions

@@ -38,9 +38,11 @@ comment on column app.todos.search is
   'Full-text vector (config simple: no stemming, so every word is matched by prefix as typed).';
 comment on column app.todos.author_privacy is
   'The author''s users.privacy, copied so the select policy needs no lookup per row. Set on insert (app.tg_todos__prepare), updated when the author changes privacy (app.tg_users__propagate_privacy). Never changes updated_at.';
+-- Keyset pagination: newest first, globally, per creator and per project.
 create index todos_created_at_id_idx on app.todos (created_at desc, id desc);
 create index todos_user_id_created_at_idx on app.todos (user_id, created_at desc, id desc);
 create index todos_project_id_created_at_idx on app.todos (project_id, created_at desc, id desc) where (project_id is not null);
+-- Streaks and deletion previews: which local days a creator covered.
 create index todos_user_id_local_date_idx on app.todos (user_id, local_date);
 create index todos_search_idx on app.todos using gin (search);
 
@@ -352,10 +354,8 @@ end;
 $$;
 comment on function app.tg_todos__prepare() is
   'Before a todo is stored: on insert its local_date (the day in the author''s zone, for streaks) and author_privacy (for the select policy), read with the author''s row locked; on insert and body edits its owning project (the first #hashtag of a project the author makes).';
-create trigger _100_prepare
-  before insert or update of body on app.todos
-  for each row
-  execute function app.tg_todos__prepare();
+create trigger _100_prepare before insert or update of body on app.todos
+  for each row execute function app.tg_todos__prepare();
 
 create function app.tg_todos__store_mentions()
 returns trigger
@@ -380,10 +380,8 @@ end;
 $$;
 comment on function app.tg_todos__store_mentions() is
   'Parses #hashtags and @usernames of a new or edited body into mention rows, in SQL so every writer (API, CLI, seed) gets the same mentions. Unknown names stay plain text.';
-create trigger _200_store_mentions
-  after insert or update of body on app.todos
-  for each row
-  execute function app.tg_todos__store_mentions();
+create trigger _200_store_mentions after insert or update of body on app.todos
+  for each row execute function app.tg_todos__store_mentions();
 
 create function app.tg_todos__count_and_streak()
 returns trigger
@@ -414,10 +412,8 @@ end;
 $$;
 comment on function app.tg_todos__count_and_streak() is
   'After a todo is inserted or deleted: the author''s todos_count and the totals of their privacy (app.todo_totals) stay exact, and the streak is refreshed when the todo is the first (insert) or last (delete) of its day. Security definer: members cannot write counters.';
-create trigger _300_count_and_streak
-  after insert or delete on app.todos
-  for each row
-  execute function app.tg_todos__count_and_streak();
+create trigger _300_count_and_streak after insert or delete on app.todos
+  for each row execute function app.tg_todos__count_and_streak();
 
 create function app.tg_streak_freezes__refresh()
 returns trigger
@@ -433,10 +429,8 @@ end;
 $$;
 comment on function app.tg_streak_freezes__refresh() is
   'A freeze covers a day, so the streak is recomputed when one is used or withdrawn.';
-create trigger _100_refresh_streak
-  after insert or delete on app.streak_freezes
-  for each row
-  execute function app.tg_streak_freezes__refresh();
+create trigger _100_refresh_streak after insert or delete on app.streak_freezes
+  for each row execute function app.tg_streak_freezes__refresh();
 
 create function app.tg_users__propagate_privacy()
 returns trigger
@@ -473,9 +467,8 @@ end;
 $$;
 comment on function app.tg_users__propagate_privacy() is
   'After a member changes privacy: their todos carry the new value, in the same transaction, so the todos policy never sees a stale copy, and exactly those todos move to the totals of the new privacy (both totals rows locked first, in one order). Security definer: members may not write author_privacy or the totals themselves.';
-create trigger _200_propagate_privacy
-  after update of privacy on app.users
-  for each row when ((old.privacy is distinct from new.privacy))
+create trigger _200_propagate_privacy after update of privacy on app.users
+  for each row when (old.privacy is distinct from new.privacy)
   execute function app.tg_users__propagate_privacy();
 
 create function app.tg_todos__author_is_fixed()
@@ -491,14 +484,13 @@ end;
 $$;
 comment on function app.tg_todos__author_is_fixed() is
   'Refuses an update of todos.user_id: counters, streaks, author_privacy and the totals are kept per author, and no feature moves a todo between members.';
-create trigger _090_author_is_fixed
-  before update of user_id on app.todos
-  for each row when ((old.user_id is distinct from new.user_id))
+create trigger _090_author_is_fixed before update of user_id on app.todos
+  for each row when (old.user_id is distinct from new.user_id)
   execute function app.tg_todos__author_is_fixed();
 
-create trigger _110_set_updated_at
-  before update on app.todos
-  for each row when ((not (old.author_privacy is distinct from new.author_privacy)))
+-- A copy changing is not an edit: updated_at keeps its value when only the copy moves.
+create trigger _110_set_updated_at before update on app.todos
+  for each row when (old.author_privacy is not distinct from new.author_privacy)
   execute function app.tg__set_updated_at();
 
 -- ============================================================================

@@ -23,6 +23,7 @@ create table app.comments (
 );
 comment on table app.comments is
   'A comment on a todo, or a reply to another comment on the same todo (parent_id). Deleting a comment deletes its replies (cascade). Body may be empty when the comment carries attachments.';
+-- Keyset pagination of a todo's comments, oldest first.
 create index comments_todo_id_created_at_idx on app.comments (todo_id, created_at, id);
 create index comments_user_id_idx on app.comments (user_id, todo_id);
 create index comments_parent_id_idx on app.comments (parent_id) where (parent_id is not null);
@@ -41,6 +42,7 @@ comment on column app.reactions.comment_id is
   'Set for reactions on comments; its foreign key arrives with the comments table.';
 create unique index reactions_todo_id_user_id_key on app.reactions (todo_id, user_id) where (todo_id is not null);
 create unique index reactions_comment_id_user_id_key on app.reactions (comment_id, user_id) where (comment_id is not null);
+-- The five newest reactions of a todo (expand=reactions).
 create index reactions_todo_id_created_at_idx on app.reactions (todo_id, created_at desc, id desc) where (todo_id is not null);
 create index reactions_user_id_idx on app.reactions (user_id);
 
@@ -241,10 +243,8 @@ end;
 $$;
 comment on function app.tg_reactions__count() is
   'Keeps reactions_count of todos and comments exact, so rendering never counts reactions.';
-create trigger _100_count
-  after insert or delete on app.reactions
-  for each row
-  execute function app.tg_reactions__count();
+create trigger _100_count after insert or delete on app.reactions
+  for each row execute function app.tg_reactions__count();
 
 create function app.tg_comments__store_mentions()
 returns trigger
@@ -269,10 +269,8 @@ end;
 $$;
 comment on function app.tg_comments__store_mentions() is
   'Parses #hashtags and @usernames of a comment into mention rows, exactly as for todos.';
-create trigger _200_store_mentions
-  after insert or update of body on app.comments
-  for each row
-  execute function app.tg_comments__store_mentions();
+create trigger _200_store_mentions after insert or update of body on app.comments
+  for each row execute function app.tg_comments__store_mentions();
 
 create function app.tg_comments__count()
 returns trigger
@@ -292,10 +290,8 @@ end;
 $$;
 comment on function app.tg_comments__count() is
   'Keeps todos.comments_count exact, replies and cascaded deletions included (the trigger fires per deleted row).';
-create trigger _300_count
-  after insert or delete on app.comments
-  for each row
-  execute function app.tg_comments__count();
+create trigger _300_count after insert or delete on app.comments
+  for each row execute function app.tg_comments__count();
 
 create function app.tg_user_follows__count()
 returns trigger
@@ -315,10 +311,8 @@ end;
 $$;
 comment on function app.tg_user_follows__count() is
   'Keeps users.followers_count exact. Security definer: members cannot write counters.';
-create trigger _100_count
-  after insert or delete on app.user_follows
-  for each row
-  execute function app.tg_user_follows__count();
+create trigger _100_count after insert or delete on app.user_follows
+  for each row execute function app.tg_user_follows__count();
 
 create function app.tg_project_follows__count()
 returns trigger
@@ -338,15 +332,11 @@ end;
 $$;
 comment on function app.tg_project_follows__count() is
   'Keeps projects.followers_count exact.';
-create trigger _100_count
-  after insert or delete on app.project_follows
-  for each row
-  execute function app.tg_project_follows__count();
+create trigger _100_count after insert or delete on app.project_follows
+  for each row execute function app.tg_project_follows__count();
 
-create trigger _110_set_updated_at
-  before update on app.comments
-  for each row
-  execute function app.tg__set_updated_at();
+create trigger _110_set_updated_at before update on app.comments
+  for each row execute function app.tg__set_updated_at();
 
 -- ============================================================================
 -- API functions

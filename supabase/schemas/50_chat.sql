@@ -41,6 +41,7 @@ comment on table app.conversation_members is
   'A member''s side of a conversation: its place in their inbox (last_message_at, copied from the conversation) and whether it has messages they have not read. Membership is what RLS and Realtime authorization check.';
 comment on column app.conversation_members.unread is
   'True when the other participant wrote after this member last read; kept by triggers, so the unread count is an index count.';
+-- The inbox: a member's conversations with messages, by latest activity.
 create index conversation_members_inbox_idx on app.conversation_members (user_id, last_message_at desc, conversation_id desc) where (last_message_at is not null);
 create index conversation_members_other_user_id_idx on app.conversation_members (other_user_id);
 
@@ -57,6 +58,7 @@ create table app.messages (
 comment on table app.messages is
   'A direct message. client_message_id (a client UUID) makes a send idempotent: the unique constraint, not a lookup, so concurrent resends create one message.';
 create index messages_conversation_id_created_at_idx on app.messages (conversation_id, created_at desc, id desc);
+-- "Has the other participant answered?" and the caps count a sender's messages per conversation.
 create index messages_user_id_conversation_id_idx on app.messages (user_id, conversation_id, created_at);
 
 create table app.message_reactions (
@@ -331,6 +333,7 @@ alter table app.messages enable row level security;
 create policy "Participants read the messages of their conversations" on app.messages
   for select to authenticated
   using ((select app.can_chat()) and app.is_conversation_member(conversation_id, (select auth.uid())));
+-- Scope chat alone grants sending (SPEC: "read and send direct messages"); write is for todos.
 create policy "Participants write in their own name" on app.messages
   for insert to authenticated
   with check (user_id = (select auth.uid()) and (select app.can_chat())
@@ -395,11 +398,9 @@ end;
 $$;
 comment on function app.tg_messages__deliver() is
   'After a message: moves the conversation to the top of both inboxes, marks it unread for the recipient (read for the sender), and broadcasts message.created (the rendered Message) to the conversation topic and inbox.updated (unread count) to the recipient''s topic. realtime.send never fails the write.';
-create constraint trigger _100_deliver
-  after insert on app.messages
+create constraint trigger _100_deliver after insert on app.messages
   deferrable initially deferred
-  for each row
-  execute function app.tg_messages__deliver();
+  for each row execute function app.tg_messages__deliver();
 
 create function app.tg_message_reactions__broadcast()
 returns trigger
@@ -428,10 +429,8 @@ end;
 $$;
 comment on function app.tg_message_reactions__broadcast() is
   'Broadcasts reaction.created / reaction.deleted to the conversation topic.';
-create trigger _100_broadcast
-  after insert or delete on app.message_reactions
-  for each row
-  execute function app.tg_message_reactions__broadcast();
+create trigger _100_broadcast after insert or delete on app.message_reactions
+  for each row execute function app.tg_message_reactions__broadcast();
 
 create function app.tg_conversation_members__read_receipt()
 returns trigger
@@ -455,15 +454,12 @@ end;
 $$;
 comment on function app.tg_conversation_members__read_receipt() is
   'When a member reads a conversation that had unread messages: a read receipt (conversation.read) to the conversation topic and the new unread count to their inbox topic.';
-create trigger _100_read_receipt
-  after update of unread on app.conversation_members
-  for each row when ((old.unread and (not new.unread)))
+create trigger _100_read_receipt after update of unread on app.conversation_members
+  for each row when (old.unread and not new.unread)
   execute function app.tg_conversation_members__read_receipt();
 
-create trigger _100_set_updated_at
-  before update on app.conversations
-  for each row
-  execute function app.tg__set_updated_at();
+create trigger _100_set_updated_at before update on app.conversations
+  for each row execute function app.tg__set_updated_at();
 
 -- ============================================================================
 -- API functions

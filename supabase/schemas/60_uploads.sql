@@ -284,15 +284,11 @@ end;
 $$;
 comment on function app.tg_uploads__queue_file_deletion() is
   'Queues the stored file of a removed upload for deletion, whatever removed it: detaching, deleting its todo or comment (cascade), the account, or the cleanup of unattached uploads.';
-create trigger _200_queue_file_deletion
-  after delete on app.uploads
-  for each row
-  execute function app.tg_uploads__queue_file_deletion();
+create trigger _200_queue_file_deletion after delete on app.uploads
+  for each row execute function app.tg_uploads__queue_file_deletion();
 
-create trigger _100_set_updated_at
-  before update on app.uploads
-  for each row
-  execute function app.tg__set_updated_at();
+create trigger _100_set_updated_at before update on app.uploads
+  for each row execute function app.tg__set_updated_at();
 
 -- ============================================================================
 -- API functions
