@@ -132,6 +132,11 @@ comment on function app.resolve_user(text) is
   'The uuid named by a {username} path parameter: `me`, a user_ id, or a username (case-insensitive); null when nobody matches.';
 grant execute on function app.resolve_user(text) to authenticated, service_role;
 
+-- Turning a credential into the claims of a request. The HTTP layer hashes an API key, or
+-- verifies an OAuth JWT's signature and expiry, and passes the result here in the same
+-- statement that runs the endpoint's function. This function decides everything that depends
+-- on stored state: does the key or token still exist, is the subscription active, may this
+-- credential do this kind of thing.
 create function app.authenticate(credential jsonb, access text)
 returns jsonb
 language plpgsql
