@@ -1,21 +1,2 @@
-import { createServer } from 'node:net'
-
-/** A TCP port nobody listens on right now. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer()
-    server.unref()
-    server.on('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address()
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))))
-    })
-  })
-}
-
-/** The same server, another database. */
-export function databaseUrl(serverUrl: string, database: string): string {
-  const url = new URL(serverUrl)
-  url.pathname = '/' + database
-  return url.toString()
-}
+// Kept where the tests import it from; the helpers live in local/net.ts (npm run db:diff uses them too).
+export { databaseUrl, freePort } from '../../local/net.ts'

@@ -1,0 +1,383 @@
+-- Users and credentials: profiles, follows, API keys, OAuth, authentication.
+--
+-- A member is an app.users row keyed by the auth.users id. Credentials never leave the
+-- database: API keys are stored as SHA-256 hashes, OAuth tokens by jti; app.authenticate
+-- turns either into the claims every other function reads (app.claims()).
+
+-- Function bodies are not checked here: they call functions of later files (the renderers
+-- of 70_rendering.sql) and sections. They are the bodies the migrations created and checked,
+-- as test/schema.test.ts proves.
+set check_function_bodies = off;
+
+-- ============================================================================
+-- Tables
+-- ============================================================================
+create table app.users (
+  id                  uuid primary key references auth.users(id) on delete cascade,
+  username            text not null,
+  first_name          text,
+  last_name           text,
+  bio                 text,
+  location            text,
+  website_url         text,
+  time_zone           text not null default 'UTC' references app.time_zones(name) on delete restrict,
+  dismissed_time_zone text references app.time_zones(name) on delete set null,
+  privacy             app.privacy not null default 'public',
+  subscription_active boolean not null default true,
+  avatar_key          text,
+  header_key          text,
+  header_color        text,
+  todos_count         integer not null default 0 check (todos_count >= 0),
+  followers_count     integer not null default 0 check (followers_count >= 0),
+  created_at          timestamptz not null default now(),
+  updated_at          timestamptz not null default now(),
+  streak_last_day     date,
+  streak_length       integer not null default 0 check (streak_length >= 0),
+  best_streak         integer not null default 0 check (best_streak >= 0),
+  constraint users_username_format check ((username ~ '^[A-Za-z0-9_]{1,39}$') and (lower(username) <> 'me'))
+);
+comment on table app.users is
+  'A member of the service: the public profile and settings of an auth.users row.';
+comment on column app.users.subscription_active is
+  'Whether the account has an active paid subscription; without one every request answers 401 with an upgrade URL (the `pro` field).';
+comment on column app.users.todos_count is
+  'Maintained by triggers on todos, so rendering a user never counts rows.';
+comment on column app.users.followers_count is
+  'Maintained by triggers on user_follows.';
+comment on column app.users.streak_last_day is
+  'Last covered local day of the most recent run of consecutive covered days.';
+comment on column app.users.streak_length is
+  'Length of the run ending at streak_last_day. The current streak is this while streak_last_day is today or yesterday in the member''s zone, else 0.';
+-- Usernames are unique regardless of case: @Alice and @alice are one person.
+create unique index users_username_key on app.users (lower(username));
+-- Foreign keys to time_zones are indexed like every other, so a zone can be checked for use.
+create index users_time_zone_idx on app.users (time_zone);
+create index users_dismissed_time_zone_idx on app.users (dismissed_time_zone) where (dismissed_time_zone is not null);
+-- Prefix search on names: text_pattern_ops lets LIKE 'x%' use the index under any collation
+-- (Supabase's databases are not C-collated).
+create index users_username_pattern_idx on app.users (lower(username) text_pattern_ops);
+create index users_first_name_pattern_idx on app.users (lower(first_name) text_pattern_ops);
+create index users_last_name_pattern_idx on app.users (lower(last_name) text_pattern_ops);
+
+create table app.user_follows (
+  follower_id uuid references app.users(id) on delete cascade,
+  followee_id uuid references app.users(id) on delete cascade,
+  created_at  timestamptz not null default now(),
+  constraint user_follows_pkey primary key (follower_id, followee_id),
+  constraint user_follows_not_self check (follower_id <> followee_id)
+);
+comment on table app.user_follows is
+  'Who follows whom. A follower of a protected user may see their todos.';
+-- The primary key serves "whom do I follow"; this serves "who follows me".
+create index user_follows_followee_idx on app.user_follows (followee_id, follower_id);
+
+create table app.api_keys (
+  id         uuid primary key default gen_random_uuid(),
+  user_id    uuid not null references app.users(id) on delete cascade,
+  key_hash   bytea not null unique,
+  read_only  boolean not null default false,
+  created_at timestamptz not null default now()
+);
+comment on table app.api_keys is
+  'API keys (svc_sk_…). Only the SHA-256 of a key is stored: a leaked table does not leak keys, and keys carry 256 random bits so no salt or slow hash is needed.';
+create index api_keys_user_id_idx on app.api_keys (user_id);
+
+create table app.oauth_clients (
+  id            uuid primary key default gen_random_uuid(),
+  client_id     text not null unique,
+  secret_hash   bytea not null,
+  name          text not null,
+  first_party   boolean not null default false,
+  chat_enabled  boolean not null default false,
+  redirect_uris text[] not null default '{}',
+  created_at    timestamptz not null default now()
+);
+comment on table app.oauth_clients is
+  'Applications that act for users through OAuth 2.0. first_party: our own apps (search, devices). chat_enabled: approved for the chat scope.';
+
+create table app.oauth_tokens (
+  jti                uuid primary key,
+  client_id          uuid not null references app.oauth_clients(id) on delete cascade,
+  user_id            uuid not null references app.users(id) on delete cascade,
+  scopes             text[] not null,
+  refresh_token_hash bytea unique,
+  expires_at         timestamptz not null,
+  revoked_at         timestamptz,
+  created_at         timestamptz not null default now()
+);
+comment on table app.oauth_tokens is
+  'Every issued access token (a JWT) by its jti, so a token can be revoked before it expires and deleting a client or user ends its tokens.';
+create index oauth_tokens_client_id_idx on app.oauth_tokens (client_id);
+create index oauth_tokens_user_id_idx on app.oauth_tokens (user_id);
+
+-- ============================================================================
+-- Helpers
+-- ============================================================================
+create function app.resolve_user(ref text)
+returns uuid
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  if ref = 'me' then
+    return auth.uid();
+  elsif ref ~ '^user_[0-9a-f]{32}$' then
+    return (select u.id from app.users u where u.id = app.from_public_id('user', ref));
+  end if;
+  return (select u.id from app.users u where lower(u.username) = lower(ref));
+end;
+$$;
+comment on function app.resolve_user(text) is
+  'The uuid named by a {username} path parameter: `me`, a user_ id, or a username (case-insensitive); null when nobody matches.';
+grant execute on function app.resolve_user(text) to authenticated, service_role;
+
+-- Turning a credential into the claims of a request. The HTTP layer hashes an API key, or
+-- verifies an OAuth JWT's signature and expiry, and passes the result here in the same
+-- statement that runs the endpoint's function. This function decides everything that depends
+-- on stored state: does the key or token still exist, is the subscription active, may this
+-- credential do this kind of thing.
+create function app.authenticate(credential jsonb, access text)
+returns jsonb
+language plpgsql
+stable
+security definer
+set search_path = ''
+as $$
+declare
+  kind text := credential ->> 'kind';
+  member_id uuid;
+  subscribed boolean;
+  read_only boolean := false;
+  granted text[];
+  first_party boolean := false;
+  chat_approved boolean := false;
+  may_write boolean;
+begin
+  if kind = 'api_key' then
+    select k.user_id, k.read_only, u.subscription_active
+      into member_id, read_only, subscribed
+      from app.api_keys k
+      join app.users u on u.id = k.user_id
+     where k.key_hash = decode(credential ->> 'key_hash', 'hex');
+    if member_id is null then
+      perform app.http_error(403, 'The API key is not valid.');
+    end if;
+    granted := case when read_only then array['public'] else array['public', 'write'] end;
+  elsif kind = 'oauth' and coalesce(credential ->> 'jti', '') ~ '^[0-9a-f-]{36}$' then
+    select t.user_id, t.scopes, c.first_party, c.chat_enabled, u.subscription_active
+      into member_id, granted, first_party, chat_approved, subscribed
+      from app.oauth_tokens t
+      join app.oauth_clients c on c.id = t.client_id
+      join app.users u on u.id = t.user_id
+     where t.jti = (credential ->> 'jti')::uuid
+       and t.user_id::text = credential ->> 'sub'
+       and t.revoked_at is null
+       and t.expires_at > now();
+    if member_id is null then
+      perform app.http_error(403, 'The access token is not valid: it was revoked, has expired or was never issued.');
+    end if;
+  else
+    perform app.http_error(403, 'Authentication required: send an API key or an OAuth access token.');
+  end if;
+
+  if not subscribed then
+    perform app.http_error(401, 'This account has no active subscription.');
+  end if;
+
+  may_write := 'write' = any (granted);
+
+  if access = 'read' and not ('public' = any (granted)) then
+    -- Reads show profiles and activity, which is what `public` grants; a token granted only
+    -- billing or notifications reads nothing else (API keys always carry public).
+    perform app.http_error(403, 'This access token lacks the public scope.');
+  elsif access = 'write' and not may_write then
+    perform app.http_error(403, case kind
+      when 'api_key' then 'This API key is read-only.'
+      else 'This access token lacks the write scope.' end);
+  elsif access = 'upload' and not (may_write or ('chat' = any (granted) and chat_approved)) then
+    -- Uploads serve todos and comments (write) and direct messages (chat: "send direct messages").
+    perform app.http_error(403, case kind
+      when 'api_key' then 'This API key is read-only.'
+      else 'This access token needs the write or the chat scope to upload.' end);
+  elsif access in ('search', 'notifications', 'devices', 'chat') and kind <> 'oauth' then
+    perform app.http_error(403, 'This endpoint requires an OAuth access token; API keys are not accepted.');
+  elsif access = 'search' and not ('public' = any (granted) and first_party) then
+    perform app.http_error(403, 'Search is available to first-party apps with the public scope only.');
+  elsif access = 'notifications' and not ('notifications' = any (granted)) then
+    perform app.http_error(403, 'This access token lacks the notifications scope.');
+  elsif access = 'devices' and not ('notifications' = any (granted) and first_party) then
+    perform app.http_error(403, 'Devices are available to first-party apps with the notifications scope only.');
+  elsif access = 'chat' and not ('chat' = any (granted) and chat_approved) then
+    perform app.http_error(403, 'Direct messages need the chat scope from an approved application.');
+  elsif access not in ('read', 'write', 'upload', 'search', 'notifications', 'devices', 'chat') then
+    raise exception 'unknown access kind %', access;
+  end if;
+
+  return jsonb_build_object(
+    'sub', member_id,
+    'role', 'authenticated',
+    'kind', kind,
+    'can_write', may_write,
+    'scopes', to_jsonb(granted),
+    'first_party', first_party,
+    'chat', chat_approved);
+end;
+$$;
+comment on function app.authenticate(jsonb, text) is
+  'Resolves a credential ({kind: api_key, key_hash} or a verified OAuth JWT payload) into request claims, or raises 403/401. Why in SQL: the key lookup, the revocation check and the subscription check ride in the same statement as the endpoint itself, so a request stays one round trip. Order: unknown credential 403, lapsed subscription 401, then what the credential may do 403: read (scope public), write (scope write), upload (write, or chat from an approved app), search (public, first-party), notifications, devices (first-party), chat (approved app). The HTTP layer also asks it before answering an input error (unknown credentials never see validation details). Security definer: credentials have no policies for members.';
+grant execute on function app.authenticate(jsonb, text) to service_role;
+
+-- ============================================================================
+-- Row-level security and grants
+-- ============================================================================
+-- app.users
+alter table app.users enable row level security;
+create policy "Members update their own profile with a writing credential" on app.users
+  for update to authenticated
+  using (id = (select auth.uid()))
+  with check (id = (select auth.uid()) and (select app.can_write()));
+-- Profiles are public to members: privacy governs todos, not the existence of a person
+-- (mentions, conversations and followers lists must be able to name them).
+create policy "Profiles are visible to every signed-in member" on app.users
+  for select to authenticated using (true);
+grant select on app.users to authenticated;
+grant update (time_zone, dismissed_time_zone) on app.users to authenticated;
+
+-- app.user_follows
+alter table app.user_follows enable row level security;
+create policy "Follow relations are visible to every signed-in member" on app.user_follows
+  for select to authenticated using (true);
+create policy "Members follow others in their own name" on app.user_follows
+  for insert to authenticated
+  with check (follower_id = (select auth.uid()) and (select app.can_write()));
+create policy "Members unfollow in their own name" on app.user_follows
+  for delete to authenticated
+  using (follower_id = (select auth.uid()) and (select app.can_write()));
+grant insert, select, delete on app.user_follows to authenticated;
+
+-- app.api_keys
+alter table app.api_keys enable row level security;
+-- No policy and no grant: members never touch this table; security definer functions do.
+
+-- app.oauth_clients
+alter table app.oauth_clients enable row level security;
+-- No policy and no grant: members never touch this table; security definer functions do.
+
+-- app.oauth_tokens
+alter table app.oauth_tokens enable row level security;
+-- No policy and no grant: members never touch this table; security definer functions do.
+
+-- ============================================================================
+-- Triggers
+-- ============================================================================
+create trigger _100_set_updated_at before update on app.users
+  for each row execute function app.tg__set_updated_at();
+
+-- ============================================================================
+-- API functions
+-- ============================================================================
+create function api.user_get(user_ref text)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  result jsonb;
+begin
+  select app.user_json(u) into result from app.users u where u.id = app.resolve_user(user_ref);
+  if result is null then
+    perform app.http_error(404, format('No user matches %L.', user_ref));
+  end if;
+  return result;
+end;
+$$;
+comment on function api.user_get(text) is
+  'GET /v1/users/{username} and GET /v1/users/me.';
+grant execute on function api.user_get(text) to authenticated;
+
+create function api.user_update_me(patch jsonb)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  me app.users;
+begin
+  if patch ? 'time_zone' and not exists (select 1 from app.time_zones z where z.name = patch ->> 'time_zone') then
+    perform app.http_error(422, 'time_zone must be an IANA time zone identifier, such as "Europe/Berlin".');
+  end if;
+  if patch ? 'dismissed_time_zone' and patch ->> 'dismissed_time_zone' is not null
+     and not exists (select 1 from app.time_zones z where z.name = patch ->> 'dismissed_time_zone') then
+    perform app.http_error(422, 'dismissed_time_zone must be an IANA time zone identifier, such as "Europe/Berlin".');
+  end if;
+
+  update app.users u set
+    time_zone = case when patch ? 'time_zone' then patch ->> 'time_zone' else u.time_zone end,
+    -- Setting time_zone clears a stored dismissal, unless the same request names one.
+    dismissed_time_zone = case
+      when patch ? 'dismissed_time_zone' then patch ->> 'dismissed_time_zone'
+      when patch ? 'time_zone' then null
+      else u.dismissed_time_zone end
+  where u.id = (select auth.uid())
+  returning * into me;
+
+  if me.id is null then
+    perform app.http_error(404, 'Your user record was not found.');
+  end if;
+  return app.user_json(me);
+end;
+$$;
+comment on function api.user_update_me(jsonb) is
+  'PATCH /v1/users/me. Takes the validated JSON patch so that "absent" and "null" stay distinct. Zones are checked against app.time_zones (422).';
+grant execute on function api.user_update_me(jsonb) to authenticated;
+
+create function api.search_users(query text)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  with typed as (
+    -- LIKE wildcards a user types are literal characters: `%` must not match everyone.
+    select lower(btrim(coalesce(query, ''))) as prefix,
+           replace(replace(replace(lower(btrim(coalesce(query, ''))), '\', '\\'), '%', '\%'), '_', '\_') as pattern
+  ), frequent as (
+    select m.user_id, count(*) as mentions
+    from app.todo_user_mentions m
+    join app.todos t on t.id = m.todo_id
+    where t.user_id = (select auth.uid())
+    group by m.user_id
+  ), found as (
+    select u, coalesce(f.mentions, 0) as mentions
+    from app.users u
+    left join frequent f on f.user_id = u.id
+    cross join typed
+    where u.id <> (select auth.uid())
+      and case
+        when typed.prefix = '' then f.mentions is not null
+        else lower(u.username) like typed.pattern || '%'
+          or lower(u.first_name) like typed.pattern || '%'
+          or lower(u.last_name) like typed.pattern || '%'
+          or lower(u.first_name || ' ' || u.last_name) like typed.pattern || '%'
+      end
+    order by coalesce(f.mentions, 0) desc, (lower(u.username) = (select prefix from typed)) desc, length(u.username), lower(u.username)
+    limit 10
+  )
+  select jsonb_build_object(
+    'data', coalesce(jsonb_agg(app.user_json(found.u) order by found.mentions desc, (lower((found.u).username) = (select prefix from typed)) desc, length((found.u).username), lower((found.u).username)), '[]'::jsonb),
+    'has_more', false,
+    'total_count', count(*),
+    'after', null)
+  from found
+$$;
+comment on function api.search_users(text) is
+  'GET /v1/search/users: mention autocomplete. Prefix match (LIKE wildcards escaped) on username, first, last and full name; people the viewer mentions most come first; an empty query returns only those. At most 10, not paginated.';
+grant execute on function api.search_users(text) to authenticated;
+
+-- ============================================================================
+-- Execute only where granted above
+-- ============================================================================
+revoke execute on all functions in schema app, api from public;

@@ -1,0 +1,297 @@
+-- Projects: makers, followers and who may see a project.
+--
+-- A project has makers (its owner is one) and followers; its privacy decides who sees it
+-- (app.can_see_project). Rendering is in 70_rendering.sql.
+
+-- Function bodies are not checked here: they call functions of later files (the renderers
+-- of 70_rendering.sql) and sections. They are the bodies the migrations created and checked,
+-- as test/schema.test.ts proves.
+set check_function_bodies = off;
+
+-- ============================================================================
+-- Tables
+-- ============================================================================
+create table app.projects (
+  id              uuid primary key default gen_random_uuid(),
+  owner_id        uuid not null references app.users(id) on delete cascade,
+  slug            text,
+  name            text not null check ((length(name) >= 1) and (length(name) <= 100)),
+  pitch           text,
+  description     text,
+  hashtag         text,
+  website_url     text,
+  github_url      text,
+  privacy         app.privacy not null default 'public',
+  archived        boolean not null default false,
+  logo_key        text,
+  header_key      text,
+  header_color    text,
+  followers_count integer not null default 0 check (followers_count >= 0),
+  created_at      timestamptz not null default now(),
+  updated_at      timestamptz not null default now(),
+  constraint projects_hashtag_format check (hashtag ~ '^[A-Za-z0-9_]{1,64}$'),
+  constraint projects_slug_format check (slug ~ '^[a-z0-9][a-z0-9-]{0,62}$')
+);
+comment on table app.projects is
+  'Something members build. #hashtag in a todo mentions it; its makers'' todos count toward it.';
+comment on column app.projects.followers_count is
+  'Maintained by triggers on project_follows.';
+create unique index projects_slug_key on app.projects (lower(slug));
+create unique index projects_hashtag_key on app.projects (lower(hashtag));
+create index projects_owner_id_idx on app.projects (owner_id);
+-- Keyset pagination of GET /v1/projects: newest first.
+create index projects_created_at_id_idx on app.projects (created_at desc, id desc);
+
+create table app.project_makers (
+  project_id uuid references app.projects(id) on delete cascade,
+  user_id    uuid references app.users(id) on delete cascade,
+  accepted   boolean not null default true,
+  created_at timestamptz not null default now(),
+  constraint project_makers_pkey primary key (project_id, user_id)
+);
+comment on table app.project_makers is
+  'Members who make a project. Only accepted makers count: their todos may belong to the project, and they see it whatever its privacy. The owner is always an accepted maker.';
+create index project_makers_user_id_idx on app.project_makers (user_id, project_id) where accepted;
+
+create table app.project_follows (
+  user_id    uuid references app.users(id) on delete cascade,
+  project_id uuid references app.projects(id) on delete cascade,
+  created_at timestamptz not null default now(),
+  constraint project_follows_pkey primary key (user_id, project_id)
+);
+comment on table app.project_follows is
+  'Members following a project. A follower may see a protected project.';
+create index project_follows_project_id_idx on app.project_follows (project_id, user_id);
+
+-- ============================================================================
+-- Helpers
+-- ============================================================================
+create function app.is_project_maker(project_id uuid, user_id uuid)
+returns boolean
+language plpgsql
+stable
+security definer
+set search_path = ''
+as $$
+begin
+  return exists (
+    select 1 from app.project_makers m
+    where m.project_id = is_project_maker.project_id and m.user_id = is_project_maker.user_id and m.accepted);
+end;
+$$;
+comment on function app.is_project_maker(uuid, uuid) is
+  'Whether user_id is an accepted maker of project_id. Security definer so project policies can ask without recursing into project_makers policies; PL/pgSQL so its plan is kept for the session.';
+grant execute on function app.is_project_maker(uuid, uuid) to authenticated, service_role;
+
+create function app.is_project_follower(project_id uuid, user_id uuid)
+returns boolean
+language plpgsql
+stable
+security definer
+set search_path = ''
+as $$
+begin
+  return exists (
+    select 1 from app.project_follows f
+    where f.project_id = is_project_follower.project_id and f.user_id = is_project_follower.user_id);
+end;
+$$;
+comment on function app.is_project_follower(uuid, uuid) is
+  'Whether user_id follows project_id. Security definer for the same reason as is_project_maker; PL/pgSQL so its plan is kept for the session.';
+grant execute on function app.is_project_follower(uuid, uuid) to authenticated, service_role;
+
+create function app.is_project_insider(project_id uuid, privacy app.privacy, viewer_id uuid)
+returns boolean
+language plpgsql
+stable
+security definer
+set search_path = ''
+as $$
+begin
+  return exists (
+           select 1 from app.project_makers m
+           where m.project_id = is_project_insider.project_id and m.user_id = viewer_id and m.accepted)
+      or (privacy = 'protected' and exists (
+           select 1 from app.project_follows f
+           where f.project_id = is_project_insider.project_id and f.user_id = viewer_id));
+end;
+$$;
+comment on function app.is_project_insider(uuid, app.privacy, uuid) is
+  'Whether viewer_id may see a project that is not public: an accepted maker, or a follower of a protected one. Security definer so the projects policy can ask without recursing into the makers'' and followers'' policies.';
+grant execute on function app.is_project_insider(uuid, app.privacy, uuid) to authenticated, service_role;
+
+create function app.can_see_project(project_id uuid, privacy app.privacy, viewer_id uuid)
+returns boolean
+language sql
+stable
+as $$
+  select privacy = 'public' or app.is_project_insider(project_id, privacy, viewer_id)
+$$;
+comment on function app.can_see_project(uuid, app.privacy, uuid) is
+  'Inlined (no SET clause, no table access). The project privacy rule in one place: public everyone; protected makers and followers; private makers only. Names viewer_id once, so the policy''s (select auth.uid()) can be substituted; membership is asked only for projects that are not public.';
+grant execute on function app.can_see_project(uuid, app.privacy, uuid) to authenticated, service_role;
+
+create function app.resolve_project(ref text)
+returns uuid
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  if ref ~ '^proj_' then
+    return (select p.id from app.projects p where p.id = app.from_public_id('proj', ref));
+  end if;
+  return (select p.id from app.projects p where lower(p.slug) = lower(ref));
+end;
+$$;
+comment on function app.resolve_project(text) is
+  'The uuid named by a {project_id} path parameter (proj_ id or slug), or null. Runs as the caller, so a project the viewer may not see is null, which the API answers with 404.';
+grant execute on function app.resolve_project(text) to authenticated, service_role;
+
+create function app.can_follow_project(project_id uuid, viewer_id uuid)
+returns boolean
+language sql
+stable
+security definer
+set search_path = ''
+as $$
+  select exists (
+    select 1 from app.projects p
+    where p.id = can_follow_project.project_id
+      and (p.privacy in ('public', 'protected') or app.is_project_maker(p.id, viewer_id)))
+$$;
+comment on function app.can_follow_project(uuid, uuid) is
+  'Whether a member may follow a project: public and protected ones (following is how one comes to see a protected project, as with protected members), private ones only their makers. Security definer: a protected project is not visible before it is followed.';
+grant execute on function app.can_follow_project(uuid, uuid) to authenticated, service_role;
+
+create function app.followable_project(ref text, viewer_id uuid)
+returns uuid
+language sql
+stable
+security definer
+set search_path = ''
+as $$
+  select p.id from app.projects p
+  where (p.id = app.from_public_id('proj', ref) or (ref !~ '^proj_' and lower(p.slug) = lower(ref)))
+    and app.can_follow_project(p.id, viewer_id)
+  limit 1
+$$;
+comment on function app.followable_project(text, uuid) is
+  'The project named by a proj_ id or slug, if the member may follow it (app.can_follow_project); null otherwise.';
+grant execute on function app.followable_project(text, uuid) to authenticated, service_role;
+
+-- ============================================================================
+-- Row-level security and grants
+-- ============================================================================
+-- app.projects
+alter table app.projects enable row level security;
+create policy "Projects are visible to whoever their privacy admits" on app.projects
+  for select to authenticated
+  using (app.can_see_project(id, privacy, (select auth.uid())));
+grant select on app.projects to authenticated;
+
+-- app.project_makers
+alter table app.project_makers enable row level security;
+create policy "Makers are visible with their project" on app.project_makers
+  for select to authenticated
+  using (exists (select 1 from app.projects p where p.id = project_id));
+grant select on app.project_makers to authenticated;
+
+-- app.project_follows
+alter table app.project_follows enable row level security;
+create policy "Members follow public and protected projects in their own name" on app.project_follows
+  for insert to authenticated
+  with check (user_id = (select auth.uid()) and (select app.can_write())
+              and app.can_follow_project(project_id, (select auth.uid())));
+create policy "Members unfollow projects in their own name" on app.project_follows
+  for delete to authenticated
+  using (user_id = (select auth.uid()) and (select app.can_write()));
+create policy "Project follows are visible with their project" on app.project_follows
+  for select to authenticated
+  using (exists (select 1 from app.projects p where p.id = project_id));
+grant insert, select, delete on app.project_follows to authenticated;
+
+-- ============================================================================
+-- Triggers
+-- ============================================================================
+-- The owner is a maker from the start, so "makers see it" needs no special case.
+create function app.tg_projects__add_owner_as_maker()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  insert into app.project_makers (project_id, user_id, accepted)
+  values (new.id, new.owner_id, true)
+  on conflict (project_id, user_id) do update set accepted = true;
+  return null;
+end;
+$$;
+comment on function app.tg_projects__add_owner_as_maker() is
+  'Makes the owner an accepted maker of a new project. Security definer: the maker list is not writable by members directly.';
+create trigger _200_add_owner_as_maker after insert on app.projects
+  for each row execute function app.tg_projects__add_owner_as_maker();
+
+create trigger _100_set_updated_at before update on app.projects
+  for each row execute function app.tg__set_updated_at();
+
+-- ============================================================================
+-- API functions
+-- ============================================================================
+create function api.project_get(project_ref text)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  result jsonb;
+begin
+  select app.project_json(p) into result from app.projects p where p.id = app.resolve_project(project_ref);
+  if result is null then
+    perform app.http_error(404, format('No project matches %L.', project_ref));
+  end if;
+  return result;
+end;
+$$;
+comment on function api.project_get(text) is
+  'GET /v1/projects/{project_id}: 404 also when the viewer may not see the project, so its existence does not leak.';
+grant execute on function api.project_get(text) to authenticated;
+
+create function api.projects_list(page_limit integer, starting_after text)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select app.project_page(null, page_limit, starting_after)
+$$;
+comment on function api.projects_list(integer, text) is
+  'GET /v1/projects: every project the viewer may see, newest first.';
+grant execute on function api.projects_list(integer, text) to authenticated;
+
+create function api.user_projects(user_ref text, page_limit integer, starting_after text)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  maker_id uuid := app.resolve_user(user_ref);
+begin
+  if maker_id is null then
+    perform app.http_error(404, format('No user matches %L.', user_ref));
+  end if;
+  return app.project_page(maker_id, page_limit, starting_after);
+end;
+$$;
+comment on function api.user_projects(text, integer, text) is
+  'GET /v1/users/{username}/projects and /v1/users/me/projects: projects the user is an accepted maker of, as far as the viewer may see them.';
+grant execute on function api.user_projects(text, integer, text) to authenticated;
+
+-- ============================================================================
+-- Execute only where granted above
+-- ============================================================================
+revoke execute on all functions in schema app, api from public;

@@ -1,0 +1,690 @@
+-- Todos: mentions, streaks, counters, search and the todo endpoints.
+--
+-- A todo counts toward its creator's local day (streaks), names projects by #hashtag and
+-- members by @username, and carries its author's privacy so its select policy needs no
+-- lookup. Counters and streaks are kept by triggers; rendering is in 70_rendering.sql.
+
+-- Function bodies are not checked here: they call functions of later files (the renderers
+-- of 70_rendering.sql) and sections. They are the bodies the migrations created and checked,
+-- as test/schema.test.ts proves.
+set check_function_bodies = off;
+
+-- ============================================================================
+-- Tables
+-- ============================================================================
+create table app.todos (
+  id              uuid primary key default gen_random_uuid(),
+  number          bigint generated always as identity unique,
+  user_id         uuid not null references app.users(id) on delete cascade,
+  body            text not null check ((length(body) >= 1) and (length(body) <= 10000)),
+  local_date      date not null,
+  project_id      uuid references app.projects(id) on delete set null,
+  search          tsvector not null generated always as (to_tsvector('simple'::regconfig, body)) stored,
+  reactions_count integer not null default 0 check (reactions_count >= 0),
+  comments_count  integer not null default 0 check (comments_count >= 0),
+  created_at      timestamptz not null default now(),
+  updated_at      timestamptz not null default now(),
+  author_privacy  app.privacy not null
+);
+comment on table app.todos is
+  'A finished todo. Visible to whoever may see its creator''s content (app.can_see_member_content).';
+comment on column app.todos.number is
+  'The numeric ID clients may use instead of todo_…; also the todo''s web address.';
+comment on column app.todos.local_date is
+  'The day the todo counts toward: its creation moment in the creator''s time zone at that moment. Stored, so a later zone change does not move history.';
+comment on column app.todos.project_id is
+  'The `projects` field: the first #hashtag project in the body of which the creator was an accepted maker when the body was written.';
+comment on column app.todos.search is
+  'Full-text vector (config simple: no stemming, so every word is matched by prefix as typed).';
+comment on column app.todos.author_privacy is
+  'The author''s users.privacy, copied so the select policy needs no lookup per row. Set on insert (app.tg_todos__prepare), updated when the author changes privacy (app.tg_users__propagate_privacy). Never changes updated_at.';
+-- Keyset pagination: newest first, globally, per creator and per project.
+create index todos_created_at_id_idx on app.todos (created_at desc, id desc);
+create index todos_user_id_created_at_idx on app.todos (user_id, created_at desc, id desc);
+create index todos_project_id_created_at_idx on app.todos (project_id, created_at desc, id desc) where (project_id is not null);
+-- Streaks and deletion previews: which local days a creator covered.
+create index todos_user_id_local_date_idx on app.todos (user_id, local_date);
+create index todos_search_idx on app.todos using gin (search);
+
+create table app.todo_project_mentions (
+  todo_id    uuid references app.todos(id) on delete cascade,
+  project_id uuid references app.projects(id) on delete cascade,
+  position   integer not null,
+  constraint todo_project_mentions_pkey primary key (todo_id, project_id)
+);
+comment on table app.todo_project_mentions is
+  'Projects a todo names by #hashtag, in body order. Rendering joins projects under RLS, so mentions of projects the viewer cannot see drop out by themselves.';
+create index todo_project_mentions_project_id_idx on app.todo_project_mentions (project_id, todo_id);
+
+create table app.todo_user_mentions (
+  todo_id  uuid references app.todos(id) on delete cascade,
+  user_id  uuid references app.users(id) on delete cascade,
+  position integer not null,
+  constraint todo_user_mentions_pkey primary key (todo_id, user_id)
+);
+comment on table app.todo_user_mentions is
+  'Members a todo names by @username, in body order. Also ranks people in mention autocomplete.';
+create index todo_user_mentions_user_id_idx on app.todo_user_mentions (user_id, todo_id);
+
+create table app.streak_freezes (
+  user_id uuid references app.users(id) on delete cascade,
+  day     date,
+  used_at timestamptz not null default now(),
+  constraint streak_freezes_pkey primary key (user_id, day)
+);
+comment on table app.streak_freezes is
+  'A used streak freeze: the day counts as covered. Freezes are used when they happen (operator CLI freeze-streak), never retroactively by a deletion.';
+
+create table app.todo_totals (
+  privacy app.privacy,
+  shard   smallint check ((shard >= 0) and (shard <= 15)),
+  todos   bigint not null default 0,
+  constraint todo_totals_pkey primary key (privacy, shard)
+);
+comment on table app.todo_totals is
+  'How many todos members of each privacy have, in 16 shards by author (app.todo_total_shard). Kept by the todos count trigger and the privacy propagation trigger; read by app.visible_todos_total. Members have no access. No check that todos >= 0: when one statement both changes a member''s privacy and posts for them, the two triggers may pass through -1 before agreeing.';
+
+-- ============================================================================
+-- Helpers
+-- ============================================================================
+create function app.extract_mentions(body text, sigil text)
+returns table(name text, "position" integer)
+language sql
+immutable
+parallel safe
+rows 4
+set search_path = ''
+as $$
+  select lower(m.match[1]), min(m.ord)::integer
+  from regexp_matches(body, '(?:^|[^A-Za-z0-9_])' || sigil || '([A-Za-z0-9_]+)', 'g') with ordinality as m(match, ord)
+  group by lower(m.match[1])
+$$;
+comment on function app.extract_mentions(text, text) is
+  'The distinct lower-cased names after a sigil (# or @) in body order. A sigil glued to a word (mail@example.com, a#b) is not a mention.';
+grant execute on function app.extract_mentions(text, text) to authenticated, service_role;
+
+create function app.can_see_member_content(author_id uuid, viewer_id uuid)
+returns boolean
+language plpgsql
+stable
+security definer
+set search_path = ''
+as $$
+begin
+  return author_id = viewer_id or exists (
+    select 1 from app.users u
+    where u.id = author_id
+      and (u.privacy = 'public'
+           or (u.privacy = 'protected' and exists (
+                 select 1 from app.user_follows f where f.follower_id = viewer_id and f.followee_id = author_id))));
+end;
+$$;
+comment on function app.can_see_member_content(uuid, uuid) is
+  'The member privacy rule in one place: public everyone; protected the author and followers; private the author only (the todos policy reads the same rule from todos.author_privacy). Security definer so policies can ask without recursing; PL/pgSQL so its plan is kept for the session.';
+grant execute on function app.can_see_member_content(uuid, uuid) to authenticated, service_role;
+
+create function app.refresh_streak(member_id uuid)
+returns void
+language sql
+volatile
+security definer
+set search_path = ''
+as $$
+  with days as (
+    select distinct t.local_date as day from app.todos t where t.user_id = member_id
+    union
+    select f.day from app.streak_freezes f where f.user_id = member_id
+  ), islands as (
+    select day, day - (row_number() over (order by day))::integer as island from days
+  ), runs as (
+    select max(day) as last_day, count(*)::integer as length from islands group by island
+  )
+  update app.users u set
+    streak_last_day = (select r.last_day from runs r order by r.last_day desc limit 1),
+    streak_length = coalesce((select r.length from runs r order by r.last_day desc limit 1), 0),
+    best_streak = coalesce((select max(r.length) from runs r), 0)
+  where u.id = member_id
+$$;
+comment on function app.refresh_streak(uuid) is
+  'Recomputes a member''s runs of consecutive covered days (a todo or a used freeze) from their history: an index-only walk over one member''s days. Called only when a day becomes covered or uncovered, so reading a streak never touches history.';
+
+create function app.todo_total_shard(user_id uuid)
+returns smallint
+language sql
+immutable
+parallel safe
+as $$
+  select (abs(hashtext(user_id::text)) % 16)::smallint
+$$;
+comment on function app.todo_total_shard(uuid) is
+  'Inlined (no SET clause, no table access). The app.todo_totals shard of an author''s todos: a member''s posts always update the same row, different members mostly different ones.';
+
+create function app.resolve_todo(ref text)
+returns app.todos
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  found app.todos;
+begin
+  if ref ~ '^todo_[0-9a-f]{32}$' then
+    select t.* into found from app.todos t where t.id = app.from_public_id('todo', ref);
+  elsif ref ~ '^[0-9]{1,18}$' then
+    select t.* into found from app.todos t where t.number = ref::bigint;
+  end if;
+  return found;
+end;
+$$;
+comment on function app.resolve_todo(text) is
+  'The todo named by a {todo_id} path parameter (todo_ id or number), as far as the viewer may see it; null otherwise.';
+grant execute on function app.resolve_todo(text) to authenticated;
+
+create function app.own_todo(ref text)
+returns app.todos
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  found_todo app.todos := app.resolve_todo(ref);
+begin
+  if found_todo.id is null then
+    perform app.http_error(404, format('No todo matches %L.', ref));
+  elsif found_todo.user_id <> (select auth.uid()) then
+    perform app.http_error(403, 'You can only change your own todos.');
+  end if;
+  return found_todo;
+end;
+$$;
+comment on function app.own_todo(text) is
+  'The viewer''s own todo named by ref: 404 when it does not exist for them, 403 when it is someone else''s.';
+grant execute on function app.own_todo(text) to authenticated;
+
+create function app.todo_search_query(input text)
+returns tsquery
+language plpgsql
+immutable
+set search_path = ''
+as $$
+declare
+  term text;
+  negated boolean;
+  part tsquery;
+  result tsquery;
+begin
+  foreach term in array regexp_split_to_array(btrim(coalesce(input, '')), '\s+') loop
+    negated := term like '-_%';
+    -- Whatever tsquery syntax a user types is text: strip the operators, keep the words.
+    term := btrim(translate(case when negated then substr(term, 2) else term end, '&|!():*<>''\', '            '));
+    continue when term = '';
+    part := to_tsquery('simple', quote_literal(term) || ':*');
+    continue when numnode(part) = 0;
+    if negated then part := !! part; end if;
+    result := case when result is null then part else result && part end;
+  end loop;
+  return result;
+end;
+$$;
+comment on function app.todo_search_query(text) is
+  'Turns what a user types into a tsquery: every word a prefix match (feat finds feature), -word negates (feature -bug), everything ANDed. Null when nothing searchable is left.';
+grant execute on function app.todo_search_query(text) to authenticated;
+
+create function app.filter_moment(moment jsonb, zone text)
+returns timestamp with time zone
+language sql
+stable
+set search_path = ''
+as $$
+  select case
+    when moment is null or jsonb_typeof(moment) <> 'object' then null
+    when (moment ->> 'local')::boolean then (moment ->> 'at')::timestamp at time zone zone
+    else (moment ->> 'at')::timestamptz
+  end
+$$;
+comment on function app.filter_moment(jsonb, text) is
+  'A since/until bound as the HTTP layer parsed it: {at, local}. Local moments (dates and date-times without a zone) are read in the viewer''s time zone.';
+grant execute on function app.filter_moment(jsonb, text) to authenticated;
+
+create function app.visible_todos_total()
+returns bigint
+language plpgsql
+stable
+security definer
+set search_path = ''
+as $$
+declare
+  viewer_id uuid := auth.uid();
+begin
+  -- Visible (the todos policy): public authors, the viewer, protected authors they follow.
+  return (select coalesce(sum(tt.todos), 0) from app.todo_totals tt where tt.privacy = 'public')
+    + (select coalesce(sum(u.todos_count), 0) from app.users u
+       where u.id in (select viewer_id union select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
+         and u.privacy <> 'public'
+         and (u.id = viewer_id or u.privacy = 'protected'))
+    - (select coalesce(sum(u.todos_count), 0) from app.mutes m join app.users u on u.id = m.muted_user_id
+       where m.user_id = viewer_id
+         and (u.privacy = 'public' or u.id = viewer_id
+              or (u.privacy = 'protected' and exists (
+                    select 1 from app.user_follows f where f.follower_id = viewer_id and f.followee_id = u.id))));
+end;
+$$;
+comment on function app.visible_todos_total() is
+  'How many todos the current viewer may see, muted members left out: the total_count of GET /v1/todos without filters. Public totals from app.todo_totals, plus the viewer''s own when not public and protected followees'', minus the visible members they muted. Security definer to read app.todo_totals; acts only for auth.uid().';
+grant execute on function app.visible_todos_total() to authenticated;
+
+-- ============================================================================
+-- Row-level security and grants
+-- ============================================================================
+-- app.todos
+alter table app.todos enable row level security;
+create policy "Members delete their own todos with a writing credential" on app.todos
+  for delete to authenticated
+  using (user_id = (select auth.uid()) and (select app.can_write()));
+create policy "Members edit their own todos with a writing credential" on app.todos
+  for update to authenticated
+  using (user_id = (select auth.uid()))
+  with check (user_id = (select auth.uid()) and (select app.can_write()));
+create policy "Members post todos in their own name with a writing credential" on app.todos
+  for insert to authenticated
+  with check (user_id = (select auth.uid()) and (select app.can_write()));
+create policy "Todos are visible to whoever may see their creator's content" on app.todos
+  for select to authenticated
+  using (
+    author_privacy = 'public'
+    or user_id = (select auth.uid())
+    or (author_privacy = 'protected'
+        and user_id in (select f.followee_id from app.user_follows f where f.follower_id = (select auth.uid()))));
+grant select, delete on app.todos to authenticated;
+grant insert (user_id, body) on app.todos to authenticated;
+grant update (body) on app.todos to authenticated;
+
+-- app.todo_project_mentions
+alter table app.todo_project_mentions enable row level security;
+create policy "Project mentions are visible with their todo" on app.todo_project_mentions
+  for select to authenticated using (exists (select 1 from app.todos t where t.id = todo_id));
+grant select on app.todo_project_mentions to authenticated;
+
+-- app.todo_user_mentions
+alter table app.todo_user_mentions enable row level security;
+create policy "User mentions are visible with their todo" on app.todo_user_mentions
+  for select to authenticated using (exists (select 1 from app.todos t where t.id = todo_id));
+grant select on app.todo_user_mentions to authenticated;
+
+-- app.streak_freezes
+alter table app.streak_freezes enable row level security;
+create policy "Members see their own streak freezes" on app.streak_freezes
+  for select to authenticated using (user_id = (select auth.uid()));
+grant select on app.streak_freezes to authenticated;
+
+-- app.todo_totals
+alter table app.todo_totals enable row level security;
+-- No policy and no grant: members never touch this table; security definer functions do.
+
+-- ============================================================================
+-- Triggers
+-- ============================================================================
+create function app.tg_todos__prepare()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  author_zone text;
+begin
+  if tg_op = 'INSERT' then
+    -- The author's row is locked (as the counter update after the insert would lock it anyway),
+    -- so a privacy change cannot slip between reading the privacy here and this todo's commit:
+    -- either it committed first and is read here, or it waits and then updates this todo too.
+    select u.time_zone, u.privacy into author_zone, new.author_privacy
+    from app.users u where u.id = new.user_id
+    for no key update;
+    new.local_date := (new.created_at at time zone author_zone)::date;
+  end if;
+  select p.id into new.project_id
+  from app.extract_mentions(new.body, '#') tag
+  join app.projects p on lower(p.hashtag) = tag.name
+  join app.project_makers m on m.project_id = p.id and m.user_id = new.user_id and m.accepted
+  order by tag.position
+  limit 1;
+  return new;
+end;
+$$;
+comment on function app.tg_todos__prepare() is
+  'Before a todo is stored: on insert its local_date (the day in the author''s zone, for streaks) and author_privacy (for the select policy), read with the author''s row locked; on insert and body edits its owning project (the first #hashtag of a project the author makes).';
+create trigger _100_prepare before insert or update of body on app.todos
+  for each row execute function app.tg_todos__prepare();
+
+create function app.tg_todos__store_mentions()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  if tg_op = 'UPDATE' then
+    delete from app.todo_project_mentions where todo_id = new.id;
+    delete from app.todo_user_mentions where todo_id = new.id;
+  end if;
+  insert into app.todo_project_mentions (todo_id, project_id, position)
+  select new.id, p.id, tag.position
+  from app.extract_mentions(new.body, '#') tag join app.projects p on lower(p.hashtag) = tag.name;
+  insert into app.todo_user_mentions (todo_id, user_id, position)
+  select new.id, u.id, name.position
+  from app.extract_mentions(new.body, '@') name join app.users u on lower(u.username) = name.name;
+  return null;
+end;
+$$;
+comment on function app.tg_todos__store_mentions() is
+  'Parses #hashtags and @usernames of a new or edited body into mention rows, in SQL so every writer (API, CLI, seed) gets the same mentions. Unknown names stay plain text.';
+create trigger _200_store_mentions after insert or update of body on app.todos
+  for each row execute function app.tg_todos__store_mentions();
+
+create function app.tg_todos__count_and_streak()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  changed app.todos := case when tg_op = 'INSERT' then new else old end;
+  step integer := case when tg_op = 'INSERT' then 1 else -1 end;
+  day_was_or_is_covered_otherwise boolean;
+begin
+  update app.users u
+     set todos_count = u.todos_count + step
+   where u.id = changed.user_id;
+  update app.todo_totals tt
+     set todos = tt.todos + step
+   where tt.privacy = changed.author_privacy and tt.shard = app.todo_total_shard(changed.user_id);
+  select exists (
+    select 1 from app.todos t where t.user_id = changed.user_id and t.local_date = changed.local_date and t.id <> changed.id
+  ) into day_was_or_is_covered_otherwise;
+  if not day_was_or_is_covered_otherwise then
+    perform app.refresh_streak(changed.user_id);
+  end if;
+  return null;
+end;
+$$;
+comment on function app.tg_todos__count_and_streak() is
+  'After a todo is inserted or deleted: the author''s todos_count and the totals of their privacy (app.todo_totals) stay exact, and the streak is refreshed when the todo is the first (insert) or last (delete) of its day. Security definer: members cannot write counters.';
+create trigger _300_count_and_streak after insert or delete on app.todos
+  for each row execute function app.tg_todos__count_and_streak();
+
+create function app.tg_streak_freezes__refresh()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  perform app.refresh_streak(case when tg_op = 'DELETE' then old.user_id else new.user_id end);
+  return null;
+end;
+$$;
+comment on function app.tg_streak_freezes__refresh() is
+  'A freeze covers a day, so the streak is recomputed when one is used or withdrawn.';
+create trigger _100_refresh_streak after insert or delete on app.streak_freezes
+  for each row execute function app.tg_streak_freezes__refresh();
+
+create function app.tg_users__propagate_privacy()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  member_shard smallint := app.todo_total_shard(new.id);
+begin
+  -- Both totals rows are locked in one order (the enum's) before either changes, so two members
+  -- switching opposite ways in the same shard queue instead of deadlocking.
+  perform 1 from app.todo_totals tt
+  where tt.shard = member_shard and tt.privacy in (old.privacy, new.privacy)
+  order by tt.privacy
+  for update;
+  -- The totals move exactly the todos that change privacy, counted row by row (not from
+  -- todos_count, which may already include a todo this statement posted and will count itself).
+  -- No todo of this member can be posted meanwhile: posting locks this row first.
+  update app.todo_totals tt set todos = tt.todos - c.n
+  from (select t.author_privacy, count(*) as n from app.todos t
+        where t.user_id = new.id and t.author_privacy <> new.privacy group by t.author_privacy) c
+  where tt.privacy = c.author_privacy and tt.shard = member_shard;
+  with changed as (
+    update app.todos t set author_privacy = new.privacy
+    where t.user_id = new.id and t.author_privacy <> new.privacy
+    returning 1
+  )
+  update app.todo_totals tt set todos = tt.todos + (select count(*) from changed)
+  where tt.privacy = new.privacy and tt.shard = member_shard;
+  return null;
+end;
+$$;
+comment on function app.tg_users__propagate_privacy() is
+  'After a member changes privacy: their todos carry the new value, in the same transaction, so the todos policy never sees a stale copy, and exactly those todos move to the totals of the new privacy (both totals rows locked first, in one order). Security definer: members may not write author_privacy or the totals themselves.';
+create trigger _200_propagate_privacy after update of privacy on app.users
+  for each row when (old.privacy is distinct from new.privacy)
+  execute function app.tg_users__propagate_privacy();
+
+create function app.tg_todos__author_is_fixed()
+returns trigger
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  raise exception 'A todo keeps its author: user_id cannot change (todo %).', old.id
+    using errcode = 'check_violation';
+end;
+$$;
+comment on function app.tg_todos__author_is_fixed() is
+  'Refuses an update of todos.user_id: counters, streaks, author_privacy and the totals are kept per author, and no feature moves a todo between members.';
+create trigger _090_author_is_fixed before update of user_id on app.todos
+  for each row when (old.user_id is distinct from new.user_id)
+  execute function app.tg_todos__author_is_fixed();
+
+-- A copy changing is not an edit: updated_at keeps its value when only the copy moves.
+create trigger _110_set_updated_at before update on app.todos
+  for each row when (old.author_privacy is not distinct from new.author_privacy)
+  execute function app.tg__set_updated_at();
+
+-- ============================================================================
+-- API functions
+-- ============================================================================
+create function api.todo_create(body text, attachments jsonb)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  created app.todos;
+begin
+  insert into app.todos (user_id, body) values ((select auth.uid()), body) returning * into created;
+  perform app.attach_uploads(attachments, created.id, null, 'attachments');
+  return app.todo_json(created);
+end;
+$$;
+comment on function api.todo_create(text, jsonb) is
+  'POST /v1/todos: attachments are upload ids from verified signed_ids, attached in order (422 when foreign, not stored, or already attached).';
+grant execute on function api.todo_create(text, jsonb) to authenticated;
+
+create function api.todo_get(todo_ref text, expand_reactions boolean)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  found_todo app.todos := app.resolve_todo(todo_ref);
+begin
+  if found_todo.id is null then
+    perform app.http_error(404, format('No todo matches %L.', todo_ref));
+  end if;
+  return app.todo_json(found_todo, expand_reactions);
+end;
+$$;
+comment on function api.todo_get(text, boolean) is
+  'GET /v1/todos/{todo_id}: 404 also when the viewer may not see it.';
+grant execute on function api.todo_get(text, boolean) to authenticated;
+
+create function api.todo_update(todo_ref text, patch jsonb)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  target app.todos := app.own_todo(todo_ref);
+begin
+  perform app.hit_rate_limit('todo_update');
+  perform app.detach_uploads(patch -> 'remove_attachment_ids', target.id, null, 'remove_attachment_ids');
+  perform app.attach_uploads(patch -> 'attachments', target.id, null, 'attachments');
+  if patch ? 'body' then
+    update app.todos t set body = patch ->> 'body' where t.id = target.id returning * into target;
+  end if;
+  return app.todo_json(target);
+end;
+$$;
+comment on function api.todo_update(text, jsonb) is
+  'PATCH /v1/todos/{todo_id}: own todos only (403), rate-limited (429). remove_attachment_ids first, then attachments are added (additive); mentions and the owning project follow the new body.';
+grant execute on function api.todo_update(text, jsonb) to authenticated;
+
+create function api.todo_delete(todo_ref text)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  target app.todos;
+begin
+  -- The author's row first, then the todo: the order every todo write and privacy change uses.
+  perform 1 from app.users u where u.id = (select auth.uid()) for no key update;
+  target := app.own_todo(todo_ref);
+  perform app.hit_rate_limit('todo_delete');
+  delete from app.todos t where t.id = target.id;
+  return null;
+end;
+$$;
+comment on function api.todo_delete(text) is
+  'DELETE /v1/todos/{todo_id}: own todos only (403), rate-limited (429); comments, reactions, mentions and attachments go with it (foreign keys cascade). Locks the author''s row before the todo, like posting and privacy changes, so none of them can deadlock another.';
+grant execute on function api.todo_delete(text) to authenticated;
+
+create function api.todo_deletion_preview(todo_ref text)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  target app.todos := app.own_todo(todo_ref);
+  me app.users;
+  today date;
+  current_streak integer;
+  run_start date;
+  impact text;
+begin
+  select * into me from app.users u where u.id = target.user_id;
+  today := (now() at time zone me.time_zone)::date;
+  current_streak := case when me.streak_last_day >= today - 1 then me.streak_length else 0 end;
+  run_start := me.streak_last_day - me.streak_length + 1;
+
+  if exists (select 1 from app.todos t where t.user_id = me.id and t.local_date = target.local_date and t.id <> target.id)
+     or exists (select 1 from app.streak_freezes f where f.user_id = me.id and f.day = target.local_date) then
+    impact := 'none';
+  elsif target.local_date >= today then
+    impact := 'empties_today';
+  elsif current_streak > 0 and target.local_date between run_start and me.streak_last_day then
+    impact := 'breaks_current_streak';
+  else
+    impact := 'empties_past_day';
+  end if;
+
+  return jsonb_build_object(
+    'impact', impact,
+    'safe_to_delete', impact in ('none', 'empties_past_day'),
+    'date', to_char(target.local_date, 'YYYY-MM-DD'),
+    'current_streak', current_streak);
+end;
+$$;
+comment on function api.todo_deletion_preview(text) is
+  'GET /v1/todos/{todo_id}/deletion_preview. none: the day stays covered by another todo or an already used freeze (a deletion never uses a new freeze); empties_today: the only todo of today; breaks_current_streak: the only todo of a closed day inside the current streak; empties_past_day: the only todo of a day outside it. Safe when the current streak keeps its length.';
+grant execute on function api.todo_deletion_preview(text) to authenticated;
+
+create function api.todos_list(filters jsonb, page_limit integer, starting_after text, expand_reactions boolean)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select app.todo_page('all', null, filters, page_limit, starting_after, expand_reactions)
+$$;
+comment on function api.todos_list(jsonb, integer, text, boolean) is
+  'GET /v1/todos: every todo the viewer may see, newest first, with the filters of every todo list.';
+grant execute on function api.todos_list(jsonb, integer, text, boolean) to authenticated;
+
+create function api.user_todos(user_ref text, filters jsonb, page_limit integer, starting_after text, expand_reactions boolean)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  creator_id uuid := app.resolve_user(user_ref);
+begin
+  if creator_id is null then
+    perform app.http_error(404, format('No user matches %L.', user_ref));
+  end if;
+  return app.todo_page('user', creator_id, filters, page_limit, starting_after, expand_reactions);
+end;
+$$;
+comment on function api.user_todos(text, jsonb, integer, text, boolean) is
+  'GET /v1/users/{username}/todos and /v1/users/me/todos: a member''s todos as far as the viewer may see them (empty for a protected member one does not follow).';
+grant execute on function api.user_todos(text, jsonb, integer, text, boolean) to authenticated;
+
+create function api.project_todos(project_ref text, filters jsonb, page_limit integer, starting_after text, expand_reactions boolean)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  found_project_id uuid := app.resolve_project(project_ref);
+begin
+  if found_project_id is null then
+    perform app.http_error(404, format('No project matches %L.', project_ref));
+  end if;
+  return app.todo_page('project', found_project_id, filters, page_limit, starting_after, expand_reactions);
+end;
+$$;
+comment on function api.project_todos(text, jsonb, integer, text, boolean) is
+  'GET /v1/projects/{project_id}/todos: todos that belong to the project (its makers'' todos naming it, the `projects` field).';
+grant execute on function api.project_todos(text, jsonb, integer, text, boolean) to authenticated;
+
+create function api.search_todos(query text, page_limit integer, starting_after text, expand_reactions boolean)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  if app.todo_search_query(query) is null then
+    perform app.http_error(400, 'query is required: the words to search for.');
+  end if;
+  return app.todo_page('all', null, jsonb_build_object('query', query), page_limit, starting_after, expand_reactions, 100);
+end;
+$$;
+comment on function api.search_todos(text, integer, text, boolean) is
+  'GET /v1/search/todos: full text over every todo the viewer may see, newest first, capped at the 100 newest matches (total_count <= 100; pages end there).';
+grant execute on function api.search_todos(text, integer, text, boolean) to authenticated;
+
+-- ============================================================================
+-- Execute only where granted above
+-- ============================================================================
+revoke execute on all functions in schema app, api from public;

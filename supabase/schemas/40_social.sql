@@ -1,0 +1,672 @@
+-- Social: comments, reactions, mutes, reports, follows and the timeline.
+--
+-- Comments, reactions, follows, mutes and reports: who may see and do what, the counters
+-- triggers keep, and the social endpoints including the timeline.
+
+-- Function bodies are not checked here: they call functions of later files (the renderers
+-- of 70_rendering.sql) and sections. They are the bodies the migrations created and checked,
+-- as test/schema.test.ts proves.
+set check_function_bodies = off;
+
+-- ============================================================================
+-- Tables
+-- ============================================================================
+create table app.comments (
+  id              uuid primary key default gen_random_uuid(),
+  todo_id         uuid not null references app.todos(id) on delete cascade,
+  user_id         uuid not null references app.users(id) on delete cascade,
+  parent_id       uuid references app.comments(id) on delete cascade,
+  body            text not null default '' check (length(body) <= 10000),
+  reactions_count integer not null default 0 check (reactions_count >= 0),
+  created_at      timestamptz not null default now(),
+  updated_at      timestamptz not null default now()
+);
+comment on table app.comments is
+  'A comment on a todo, or a reply to another comment on the same todo (parent_id). Deleting a comment deletes its replies (cascade). Body may be empty when the comment carries attachments.';
+-- Keyset pagination of a todo's comments, oldest first.
+create index comments_todo_id_created_at_idx on app.comments (todo_id, created_at, id);
+create index comments_user_id_idx on app.comments (user_id, todo_id);
+create index comments_parent_id_idx on app.comments (parent_id) where (parent_id is not null);
+
+create table app.reactions (
+  id         uuid primary key default gen_random_uuid(),
+  user_id    uuid not null references app.users(id) on delete cascade,
+  todo_id    uuid references app.todos(id) on delete cascade,
+  comment_id uuid references app.comments(id) on delete cascade,
+  created_at timestamptz not null default now(),
+  constraint reactions_one_target check (num_nonnulls(todo_id, comment_id) = 1)
+);
+comment on table app.reactions is
+  'A like on a todo or a comment. At most one per member and target (unique indexes), so reacting twice cannot make two.';
+comment on column app.reactions.comment_id is
+  'Set for reactions on comments; its foreign key arrives with the comments table.';
+create unique index reactions_todo_id_user_id_key on app.reactions (todo_id, user_id) where (todo_id is not null);
+create unique index reactions_comment_id_user_id_key on app.reactions (comment_id, user_id) where (comment_id is not null);
+-- The five newest reactions of a todo (expand=reactions).
+create index reactions_todo_id_created_at_idx on app.reactions (todo_id, created_at desc, id desc) where (todo_id is not null);
+create index reactions_user_id_idx on app.reactions (user_id);
+
+create table app.comment_project_mentions (
+  comment_id uuid references app.comments(id) on delete cascade,
+  project_id uuid references app.projects(id) on delete cascade,
+  position   integer not null,
+  constraint comment_project_mentions_pkey primary key (comment_id, project_id)
+);
+comment on table app.comment_project_mentions is
+  'Projects a comment names by #hashtag, in body order (as todo_project_mentions).';
+create index comment_project_mentions_project_id_idx on app.comment_project_mentions (project_id, comment_id);
+
+create table app.comment_user_mentions (
+  comment_id uuid references app.comments(id) on delete cascade,
+  user_id    uuid references app.users(id) on delete cascade,
+  position   integer not null,
+  constraint comment_user_mentions_pkey primary key (comment_id, user_id)
+);
+comment on table app.comment_user_mentions is
+  'Members a comment names by @username, in body order.';
+create index comment_user_mentions_user_id_idx on app.comment_user_mentions (user_id, comment_id);
+
+create table app.mutes (
+  user_id       uuid references app.users(id) on delete cascade,
+  muted_user_id uuid references app.users(id) on delete cascade,
+  created_at    timestamptz not null default now(),
+  constraint mutes_pkey primary key (user_id, muted_user_id),
+  constraint mutes_not_self check (user_id <> muted_user_id)
+);
+comment on table app.mutes is
+  'Whom a member muted: their todos and comments leave the member''s timeline, GET /v1/todos and comment lists (a direct link still works).';
+create index mutes_muted_user_id_idx on app.mutes (muted_user_id);
+
+create table app.reports (
+  id               uuid primary key default gen_random_uuid(),
+  reporter_id      uuid not null references app.users(id) on delete cascade,
+  reportable_type  text not null check (reportable_type = any (array['Todo', 'Comment', 'User'])),
+  reportable_id    text not null,
+  todo_id          uuid references app.todos(id) on delete set null,
+  comment_id       uuid references app.comments(id) on delete set null,
+  reported_user_id uuid references app.users(id) on delete set null,
+  created_at       timestamptz not null default now(),
+  constraint reports_one_target check (num_nonnulls(todo_id, comment_id, reported_user_id) <= 1)
+);
+comment on table app.reports is
+  'A member''s report of a todo, comment or user, for the operator''s team (CLI `reports`). The target''s public id is kept as text, so a report outlives the content it is about.';
+create index reports_reporter_id_idx on app.reports (reporter_id);
+create index reports_todo_id_idx on app.reports (todo_id) where (todo_id is not null);
+create index reports_comment_id_idx on app.reports (comment_id) where (comment_id is not null);
+create index reports_reported_user_id_idx on app.reports (reported_user_id) where (reported_user_id is not null);
+create index reports_created_at_idx on app.reports (created_at desc);
+
+-- ============================================================================
+-- Helpers
+-- ============================================================================
+create function app.can_see_comment(todo_owner_id uuid, author_id uuid, viewer_id uuid)
+returns boolean
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  return viewer_id = todo_owner_id or app.can_see_member_content(author_id, viewer_id);
+end;
+$$;
+comment on function app.can_see_comment(uuid, uuid, uuid) is
+  'A comment on a todo the viewer can see is visible when the viewer owns that todo (comments are addressed to them) or may see the commenter''s content (so a private member''s comments stay private elsewhere). PL/pgSQL: it needs the viewer twice, so it could not be inlined into the comments policy, and a PL/pgSQL function is planned once per session.';
+grant execute on function app.can_see_comment(uuid, uuid, uuid) to authenticated, service_role;
+
+create function app.resolve_comment(ref text)
+returns app.comments
+language sql
+stable
+set search_path = ''
+as $$
+  select c.* from app.comments c where c.id = app.from_public_id('comm', ref)
+$$;
+comment on function app.resolve_comment(text) is
+  'The comment named by a comm_ id, as far as the viewer may see it; null otherwise.';
+grant execute on function app.resolve_comment(text) to authenticated;
+
+create function app.own_comment(ref text)
+returns app.comments
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  found_comment app.comments := app.resolve_comment(ref);
+begin
+  if found_comment.id is null then
+    perform app.http_error(404, format('No comment matches %L.', ref));
+  elsif found_comment.user_id <> (select auth.uid()) then
+    perform app.http_error(403, 'You can only change your own comments.');
+  end if;
+  return found_comment;
+end;
+$$;
+comment on function app.own_comment(text) is
+  'The viewer''s own comment named by ref: 404 when it does not exist for them, 403 when it is someone else''s.';
+grant execute on function app.own_comment(text) to authenticated;
+
+-- ============================================================================
+-- Row-level security and grants
+-- ============================================================================
+-- app.comments
+alter table app.comments enable row level security;
+create policy "Comments are visible on visible todos to the todo's owner and to whoever may see the commenter" on app.comments
+  for select to authenticated
+  using (exists (
+    select 1 from app.todos t
+    where t.id = todo_id and app.can_see_comment(t.user_id, comments.user_id, (select auth.uid()))));
+create policy "Members comment in their own name on todos they can see" on app.comments
+  for insert to authenticated
+  with check (user_id = (select auth.uid()) and (select app.can_write())
+              and exists (select 1 from app.todos t where t.id = todo_id));
+create policy "Members delete their own comments" on app.comments
+  for delete to authenticated
+  using (user_id = (select auth.uid()) and (select app.can_write()));
+create policy "Members edit their own comments" on app.comments
+  for update to authenticated
+  using (user_id = (select auth.uid()))
+  with check (user_id = (select auth.uid()) and (select app.can_write()));
+grant select, delete on app.comments to authenticated;
+grant insert (todo_id, user_id, parent_id, body) on app.comments to authenticated;
+grant update (body) on app.comments to authenticated;
+
+-- app.reactions
+alter table app.reactions enable row level security;
+create policy "Members react in their own name to what they can see" on app.reactions
+  for insert to authenticated
+  with check (user_id = (select auth.uid()) and (select app.can_write())
+              and case when todo_id is not null then exists (select 1 from app.todos t where t.id = todo_id)
+                       else exists (select 1 from app.comments c where c.id = comment_id) end);
+create policy "Members withdraw their own reactions" on app.reactions
+  for delete to authenticated
+  using (user_id = (select auth.uid()) and (select app.can_write()));
+create policy "Reactions are visible with what they react to" on app.reactions
+  for select to authenticated
+  using (case when todo_id is not null then exists (select 1 from app.todos t where t.id = todo_id)
+              else exists (select 1 from app.comments c where c.id = comment_id) end);
+grant select, delete on app.reactions to authenticated;
+grant insert (user_id, todo_id, comment_id) on app.reactions to authenticated;
+
+-- app.comment_project_mentions
+alter table app.comment_project_mentions enable row level security;
+create policy "Comment project mentions are visible with their comment" on app.comment_project_mentions
+  for select to authenticated using (exists (select 1 from app.comments c where c.id = comment_id));
+grant select on app.comment_project_mentions to authenticated;
+
+-- app.comment_user_mentions
+alter table app.comment_user_mentions enable row level security;
+create policy "Comment user mentions are visible with their comment" on app.comment_user_mentions
+  for select to authenticated using (exists (select 1 from app.comments c where c.id = comment_id));
+grant select on app.comment_user_mentions to authenticated;
+
+-- app.mutes
+alter table app.mutes enable row level security;
+create policy "Members mute in their own name" on app.mutes
+  for insert to authenticated with check (user_id = (select auth.uid()) and (select app.can_write()));
+create policy "Members see whom they muted" on app.mutes
+  for select to authenticated using (user_id = (select auth.uid()));
+create policy "Members unmute in their own name" on app.mutes
+  for delete to authenticated using (user_id = (select auth.uid()) and (select app.can_write()));
+grant insert, select, delete on app.mutes to authenticated;
+
+-- app.reports
+alter table app.reports enable row level security;
+create policy "Members report in their own name" on app.reports
+  for insert to authenticated with check (reporter_id = (select auth.uid()) and (select app.can_write()));
+create policy "Members see their own reports" on app.reports
+  for select to authenticated using (reporter_id = (select auth.uid()));
+grant select on app.reports to authenticated;
+grant insert (reporter_id, reportable_type, reportable_id, todo_id, comment_id, reported_user_id) on app.reports to authenticated;
+
+-- ============================================================================
+-- Triggers
+-- ============================================================================
+create function app.tg_reactions__count()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  changed app.reactions := case when tg_op = 'INSERT' then new else old end;
+  step integer := case when tg_op = 'INSERT' then 1 else -1 end;
+begin
+  if changed.todo_id is not null then
+    update app.todos t set reactions_count = t.reactions_count + step where t.id = changed.todo_id;
+  else
+    update app.comments c set reactions_count = c.reactions_count + step where c.id = changed.comment_id;
+  end if;
+  return null;
+end;
+$$;
+comment on function app.tg_reactions__count() is
+  'Keeps reactions_count of todos and comments exact, so rendering never counts reactions.';
+create trigger _100_count after insert or delete on app.reactions
+  for each row execute function app.tg_reactions__count();
+
+create function app.tg_comments__store_mentions()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  if tg_op = 'UPDATE' then
+    delete from app.comment_project_mentions where comment_id = new.id;
+    delete from app.comment_user_mentions where comment_id = new.id;
+  end if;
+  insert into app.comment_project_mentions (comment_id, project_id, position)
+  select new.id, p.id, tag.position
+  from app.extract_mentions(new.body, '#') tag join app.projects p on lower(p.hashtag) = tag.name;
+  insert into app.comment_user_mentions (comment_id, user_id, position)
+  select new.id, u.id, name.position
+  from app.extract_mentions(new.body, '@') name join app.users u on lower(u.username) = name.name;
+  return null;
+end;
+$$;
+comment on function app.tg_comments__store_mentions() is
+  'Parses #hashtags and @usernames of a comment into mention rows, exactly as for todos.';
+create trigger _200_store_mentions after insert or update of body on app.comments
+  for each row execute function app.tg_comments__store_mentions();
+
+create function app.tg_comments__count()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  if tg_op = 'INSERT' then
+    update app.todos t set comments_count = t.comments_count + 1 where t.id = new.todo_id;
+  else
+    update app.todos t set comments_count = t.comments_count - 1 where t.id = old.todo_id;
+  end if;
+  return null;
+end;
+$$;
+comment on function app.tg_comments__count() is
+  'Keeps todos.comments_count exact, replies and cascaded deletions included (the trigger fires per deleted row).';
+create trigger _300_count after insert or delete on app.comments
+  for each row execute function app.tg_comments__count();
+
+create function app.tg_user_follows__count()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  if tg_op = 'INSERT' then
+    update app.users u set followers_count = u.followers_count + 1 where u.id = new.followee_id;
+  else
+    update app.users u set followers_count = u.followers_count - 1 where u.id = old.followee_id;
+  end if;
+  return null;
+end;
+$$;
+comment on function app.tg_user_follows__count() is
+  'Keeps users.followers_count exact. Security definer: members cannot write counters.';
+create trigger _100_count after insert or delete on app.user_follows
+  for each row execute function app.tg_user_follows__count();
+
+create function app.tg_project_follows__count()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  if tg_op = 'INSERT' then
+    update app.projects p set followers_count = p.followers_count + 1 where p.id = new.project_id;
+  else
+    update app.projects p set followers_count = p.followers_count - 1 where p.id = old.project_id;
+  end if;
+  return null;
+end;
+$$;
+comment on function app.tg_project_follows__count() is
+  'Keeps projects.followers_count exact.';
+create trigger _100_count after insert or delete on app.project_follows
+  for each row execute function app.tg_project_follows__count();
+
+create trigger _110_set_updated_at before update on app.comments
+  for each row execute function app.tg__set_updated_at();
+
+-- ============================================================================
+-- API functions
+-- ============================================================================
+create function api.comment_create(commentable_type text, commentable_id text, body text, attachments jsonb, parent_ref text)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  target app.todos;
+  parent app.comments;
+  created app.comments;
+begin
+  if commentable_type is distinct from 'Todo' then
+    perform app.http_error(422, 'commentable_type must be Todo.');
+  end if;
+  target := app.resolve_todo(commentable_id);
+  if target.id is null or commentable_id !~ '^todo_' then
+    perform app.http_error(422, format('commentable_id: no todo matches %L.', commentable_id));
+  end if;
+  if coalesce(btrim(body), '') = '' and jsonb_array_length(coalesce(attachments, '[]'::jsonb)) = 0 then
+    perform app.http_error(422, 'body is required unless attachments are given.');
+  end if;
+  if parent_ref is not null then
+    parent := app.resolve_comment(parent_ref);
+    if parent.id is null or parent.todo_id <> target.id then
+      perform app.http_error(422, format('parent_id: no comment matches %L on this todo.', parent_ref));
+    end if;
+  end if;
+  insert into app.comments (todo_id, user_id, parent_id, body)
+  values (target.id, (select auth.uid()), parent.id, coalesce(body, ''))
+  returning * into created;
+  perform app.attach_uploads(attachments, null, created.id, 'attachments');
+  return app.comment_json(created);
+end;
+$$;
+comment on function api.comment_create(text, text, text, jsonb, text) is
+  'POST /v1/comments: on a todo the viewer can see (422 otherwise), optionally as a reply (parent_id, a comment on the same todo). body may be empty when attachments are given.';
+grant execute on function api.comment_create(text, text, text, jsonb, text) to authenticated;
+
+create function api.comment_update(comment_ref text, patch jsonb)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  target app.comments := app.own_comment(comment_ref);
+begin
+  perform app.hit_rate_limit('comment_update');
+  perform app.detach_uploads(patch -> 'remove_attachment_ids', null, target.id, 'remove_attachment_ids');
+  perform app.attach_uploads(patch -> 'attachments', null, target.id, 'attachments');
+  if patch ? 'body' then
+    update app.comments c set body = patch ->> 'body' where c.id = target.id returning * into target;
+  end if;
+  return app.comment_json(target);
+end;
+$$;
+comment on function api.comment_update(text, jsonb) is
+  'PATCH /v1/comments/{comment_id}: own comments only (403), rate-limited (429); attachments additive, remove_attachment_ids removes.';
+grant execute on function api.comment_update(text, jsonb) to authenticated;
+
+create function api.comment_delete(comment_ref text)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  target app.comments := app.own_comment(comment_ref);
+begin
+  perform app.hit_rate_limit('comment_delete');
+  delete from app.comments c where c.id = target.id;
+  return null;
+end;
+$$;
+comment on function api.comment_delete(text) is
+  'DELETE /v1/comments/{comment_id}: own comments only (403), rate-limited (429); replies, reactions, mentions and attachments go with it.';
+grant execute on function api.comment_delete(text) to authenticated;
+
+create function api.todo_comments(todo_ref text, page_limit integer, starting_after text)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  target app.todos := app.resolve_todo(todo_ref);
+  anchor app.comments;
+  page uuid[];
+  has_more boolean;
+begin
+  if target.id is null then
+    perform app.http_error(404, format('No todo matches %L.', todo_ref));
+  end if;
+  if starting_after is not null then
+    anchor := app.resolve_comment(starting_after);
+    if anchor.id is null or anchor.todo_id <> target.id then
+      perform app.http_error(404, format('starting_after: no comment matches %L on this todo.', starting_after));
+    end if;
+  end if;
+  page := array(
+    select c.id from app.comments c
+    where c.todo_id = target.id
+      and not exists (select 1 from app.mutes m where m.user_id = (select auth.uid()) and m.muted_user_id = c.user_id)
+      and (anchor.id is null or (c.created_at, c.id) > (anchor.created_at, anchor.id))
+    order by c.created_at, c.id
+    limit page_limit + 1);
+  has_more := cardinality(page) > page_limit;
+  page := page[1:page_limit];
+  return app.page_envelope(
+    (select jsonb_agg(app.comment_json(c) order by c.created_at, c.id) from app.comments c where c.id = any (page)),
+    has_more,
+    (select count(*) from app.comments c
+      where c.todo_id = target.id
+        and not exists (select 1 from app.mutes m where m.user_id = (select auth.uid()) and m.muted_user_id = c.user_id)),
+    app.to_public_id('comm', page[cardinality(page)]));
+end;
+$$;
+comment on function api.todo_comments(text, integer, text) is
+  'GET /v1/todos/{todo_id}/comments: oldest first (a conversation reads top-down), replies included with their parent_id, comments of muted members left out.';
+grant execute on function api.todo_comments(text, integer, text) to authenticated;
+
+create function api.reaction_create(reactable_type text, reactable_id text)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  me uuid := (select auth.uid());
+  target_todo uuid;
+  target_comment uuid;
+  reaction app.reactions;
+begin
+  if reactable_type = 'Todo' then
+    target_todo := (app.resolve_todo(reactable_id)).id;
+    if target_todo is null or reactable_id !~ '^todo_' then
+      perform app.http_error(422, format('reactable_id: no todo matches %L.', reactable_id));
+    end if;
+    -- A unique index, not a check-then-insert: concurrent likes leave one row.
+    insert into app.reactions (user_id, todo_id) values (me, target_todo)
+    on conflict (todo_id, user_id) where todo_id is not null do nothing
+    returning * into reaction;
+    if reaction.id is null then
+      select * into reaction from app.reactions r where r.todo_id = target_todo and r.user_id = me;
+    end if;
+  elsif reactable_type = 'Comment' then
+    target_comment := (app.resolve_comment(reactable_id)).id;
+    if target_comment is null then
+      perform app.http_error(422, format('reactable_id: no comment matches %L.', reactable_id));
+    end if;
+    insert into app.reactions (user_id, comment_id) values (me, target_comment)
+    on conflict (comment_id, user_id) where comment_id is not null do nothing
+    returning * into reaction;
+    if reaction.id is null then
+      select * into reaction from app.reactions r where r.comment_id = target_comment and r.user_id = me;
+    end if;
+  else
+    perform app.http_error(422, 'reactable_type must be Todo or Comment.');
+  end if;
+  return app.reaction_json(reaction);
+end;
+$$;
+comment on function api.reaction_create(text, text) is
+  'POST /v1/reactions: like a todo or comment the viewer can see (422 otherwise). Reacting again returns the existing reaction; the unique index makes that hold under concurrent requests too.';
+grant execute on function api.reaction_create(text, text) to authenticated;
+
+create function api.reaction_delete(reaction_ref text)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  target app.reactions;
+begin
+  select * into target from app.reactions r where r.id = app.from_public_id('reac', reaction_ref);
+  if target.id is null then
+    perform app.http_error(404, format('No reaction matches %L.', reaction_ref));
+  elsif target.user_id <> (select auth.uid()) then
+    perform app.http_error(403, 'You can only remove your own reactions.');
+  end if;
+  delete from app.reactions r where r.id = target.id;
+  return null;
+end;
+$$;
+comment on function api.reaction_delete(text) is
+  'DELETE /v1/reactions/{reaction_id}: own reactions only (403); 404 when unknown or on something the viewer cannot see.';
+grant execute on function api.reaction_delete(text) to authenticated;
+
+create function api.report_create(reportable_type text, reportable_id text)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  target_todo uuid;
+  target_comment uuid;
+  target_user uuid;
+  report app.reports;
+begin
+  case reportable_type
+    when 'Todo' then
+      target_todo := (app.resolve_todo(reportable_id)).id;
+      if target_todo is null or reportable_id !~ '^todo_' then
+        perform app.http_error(422, format('reportable_id: no todo matches %L.', reportable_id));
+      end if;
+    when 'Comment' then
+      target_comment := (app.resolve_comment(reportable_id)).id;
+      if target_comment is null then
+        perform app.http_error(422, format('reportable_id: no comment matches %L.', reportable_id));
+      end if;
+    when 'User' then
+      target_user := (select u.id from app.users u where u.id = app.from_public_id('user', reportable_id));
+      if target_user is null then
+        perform app.http_error(422, format('reportable_id: no user matches %L.', reportable_id));
+      end if;
+    else
+      perform app.http_error(422, 'reportable_type must be Todo, Comment or User.');
+  end case;
+  insert into app.reports (reporter_id, reportable_type, reportable_id, todo_id, comment_id, reported_user_id)
+  values ((select auth.uid()), reportable_type, reportable_id, target_todo, target_comment, target_user)
+  returning * into report;
+  return jsonb_build_object(
+    'id', app.to_public_id('rep', report.id),
+    'created_at', report.created_at,
+    'reportable_type', report.reportable_type,
+    'reportable_id', report.reportable_id);
+end;
+$$;
+comment on function api.report_create(text, text) is
+  'POST /v1/reports: a todo, comment (that the reporter can see) or user; 422 for an unknown type or target.';
+grant execute on function api.report_create(text, text) to authenticated;
+
+create function api.user_follow(user_ref text, follow boolean)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  target uuid := app.resolve_user(user_ref);
+  me uuid := (select auth.uid());
+begin
+  if target is null then
+    perform app.http_error(404, format('No user matches %L.', user_ref));
+  elsif target = me then
+    perform app.http_error(422, 'You cannot follow yourself.');
+  end if;
+  if follow then
+    insert into app.user_follows (follower_id, followee_id) values (me, target) on conflict do nothing;
+  else
+    delete from app.user_follows f where f.follower_id = me and f.followee_id = target;
+  end if;
+  return null;
+end;
+$$;
+comment on function api.user_follow(text, boolean) is
+  'POST and DELETE /v1/users/{user_id}/follow: idempotent; a follower sees a protected member''s todos.';
+grant execute on function api.user_follow(text, boolean) to authenticated;
+
+create function api.project_follow(project_ref text, follow boolean)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  me uuid := (select auth.uid());
+  target uuid := app.followable_project(project_ref, me);
+begin
+  if target is null then
+    perform app.http_error(404, format('No project matches %L.', project_ref));
+  end if;
+  if follow then
+    insert into app.project_follows (user_id, project_id) values (me, target) on conflict do nothing;
+  else
+    delete from app.project_follows f where f.user_id = me and f.project_id = target;
+  end if;
+  return null;
+end;
+$$;
+comment on function api.project_follow(text, boolean) is
+  'POST and DELETE /v1/projects/{project_id}/follow: idempotent. Public and protected projects can be followed (that is how one comes to see a protected one); private ones only by makers, 404 otherwise.';
+grant execute on function api.project_follow(text, boolean) to authenticated;
+
+create function api.user_mute(user_ref text, mute boolean)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  target uuid := app.resolve_user(user_ref);
+  me uuid := (select auth.uid());
+begin
+  if target is null then
+    perform app.http_error(404, format('No user matches %L.', user_ref));
+  elsif target = me then
+    perform app.http_error(422, 'You cannot mute yourself.');
+  end if;
+  if mute then
+    insert into app.mutes (user_id, muted_user_id) values (me, target) on conflict do nothing;
+  else
+    delete from app.mutes m where m.user_id = me and m.muted_user_id = target;
+  end if;
+  return null;
+end;
+$$;
+comment on function api.user_mute(text, boolean) is
+  'POST and DELETE /v1/users/{user_id}/mute: idempotent; muted members leave the viewer''s feeds and comment lists.';
+grant execute on function api.user_mute(text, boolean) to authenticated;
+
+create function api.timeline(filters jsonb, page_limit integer, starting_after text, expand_reactions boolean)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select app.todo_page('timeline', null, filters, page_limit, starting_after, expand_reactions)
+$$;
+comment on function api.timeline(jsonb, integer, text, boolean) is
+  'GET /v1/timeline: the viewer''s own todos and those of followed members and followed projects, minus muted members, newest first, with the filters of every todo list.';
+grant execute on function api.timeline(jsonb, integer, text, boolean) to authenticated;
+
+-- ============================================================================
+-- Execute only where granted above
+-- ============================================================================
+revoke execute on all functions in schema app, api from public;

@@ -1,0 +1,326 @@
+-- Uploads: attachments of todos, comments and messages, and their stored files.
+--
+-- Files uploaded with signed URLs, then attached to a todo, comment or message. Deleting an
+-- upload queues its stored file for deletion (app.file_deletions), drained by the worker.
+
+-- Function bodies are not checked here: they call functions of later files (the renderers
+-- of 70_rendering.sql) and sections. They are the bodies the migrations created and checked,
+-- as test/schema.test.ts proves.
+set check_function_bodies = off;
+
+-- ============================================================================
+-- Tables
+-- ============================================================================
+create table app.uploads (
+  id           uuid primary key default gen_random_uuid(),
+  user_id      uuid not null references app.users(id) on delete cascade,
+  key          text not null unique,
+  filename     text not null check ((length(filename) >= 1) and (length(filename) <= 255)),
+  byte_size    bigint not null check (byte_size > 0),
+  checksum     bytea not null check (length(checksum) = 16),
+  content_type text not null,
+  width        integer check (width > 0),
+  height       integer check (height > 0),
+  todo_id      uuid references app.todos(id) on delete cascade,
+  comment_id   uuid references app.comments(id) on delete cascade,
+  attached_at  timestamptz,
+  created_at   timestamptz not null default now(),
+  updated_at   timestamptz not null default now(),
+  message_id   uuid references app.messages(id) on delete cascade,
+  measured_at  timestamptz,
+  constraint uploads_attached_has_time check (((todo_id is null) and (comment_id is null) and (message_id is null)) = (attached_at is null)),
+  constraint uploads_one_target check (num_nonnulls(todo_id, comment_id, message_id) <= 1)
+);
+comment on table app.uploads is
+  'A file a member uploads. Attached to a todo or comment it is an Attachment (id att_…); never attached, it is removed after a day. Its checksum is the MD5 the client declared, which storage verifies on PUT.';
+comment on column app.uploads.key is
+  'Storage key in the uploads bucket: 128 random bits and the cleaned file name. Unguessable, so the file URL can be shared with exactly those who may see the attachment.';
+comment on column app.uploads.measured_at is
+  'When the worker or the storage server read the image''s dimensions (null: not yet). Set also when the file could not be read as an image, so it is not read again.';
+create index uploads_user_id_idx on app.uploads (user_id);
+create index uploads_todo_id_idx on app.uploads (todo_id, attached_at, id) where (todo_id is not null);
+create index uploads_comment_id_idx on app.uploads (comment_id, attached_at, id) where (comment_id is not null);
+create index uploads_unattached_idx on app.uploads (created_at) where (attached_at is null);
+create index uploads_message_id_idx on app.uploads (message_id) where (message_id is not null);
+create index uploads_unmeasured_idx on app.uploads (created_at) where (measured_at is null);
+
+create table app.file_deletions (
+  key          text primary key,
+  requested_at timestamptz not null default now()
+);
+comment on table app.file_deletions is
+  'Outbox of stored files to delete. Written in the same transaction that removes an upload (nothing is lost on a crash); the storage worker deletes the file and then the row.';
+
+-- ============================================================================
+-- Helpers
+-- ============================================================================
+create function app.attach_uploads(upload_ids jsonb, target_todo uuid, target_comment uuid, target_message uuid, field text)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  wanted uuid[] := array(select (value #>> '{}')::uuid from jsonb_array_elements(coalesce(upload_ids, '[]'::jsonb)));
+  upload app.uploads;
+  object_size bigint;
+  object_etag text;
+begin
+  -- Only onto what the requesting member wrote (the callers check too; this keeps it true).
+  if (target_todo is not null and not exists (select 1 from app.todos t where t.id = target_todo and t.user_id = (select auth.uid())))
+     or (target_comment is not null and not exists (select 1 from app.comments c where c.id = target_comment and c.user_id = (select auth.uid())))
+     or (target_message is not null and not exists (select 1 from app.messages m where m.id = target_message and m.user_id = (select auth.uid()))) then
+    raise exception 'app.attach_uploads: only onto the requesting member''s own content' using errcode = '42501';
+  end if;
+  for upload in select * from app.uploads u where u.id = any (wanted) order by array_position(wanted, u.id) for update loop
+    if upload.user_id <> (select auth.uid()) then
+      perform app.http_error(422, format('%s: that upload belongs to someone else.', field));
+    elsif upload.attached_at is not null then
+      perform app.http_error(422, format('%s: that upload is already attached.', field));
+    end if;
+    select (o.metadata ->> 'size')::bigint, o.metadata ->> 'eTag' into object_size, object_etag
+    from storage.objects o where o.bucket_id = 'uploads' and o.name = upload.key;
+    if object_size is null then
+      perform app.http_error(422, format('%s: the file %L has not been uploaded yet.', field, upload.filename));
+    elsif object_size <> upload.byte_size
+       or (object_etag is not null and lower(trim(both '"' from object_etag)) <> encode(upload.checksum, 'hex')) then
+      perform app.http_error(422, format('%s: the stored file %L does not match its size or checksum.', field, upload.filename));
+    end if;
+    if target_message is not null and upload.content_type !~ '^(image|video)/' then
+      perform app.http_error(422, format('%s must be an image or a video.', field));
+    end if;
+    update app.uploads u
+       set todo_id = target_todo, comment_id = target_comment, message_id = target_message, attached_at = clock_timestamp()
+    where u.id = upload.id;
+  end loop;
+  if (select count(*) from app.uploads u where u.id = any (wanted)) < cardinality(wanted) then
+    perform app.http_error(422, format('%s: no upload matches one of the signed ids.', field));
+  end if;
+end;
+$$;
+comment on function app.attach_uploads(jsonb, uuid, uuid, uuid, text) is
+  'Attaches the caller''s uploads (ids from verified signed_ids) to a todo, comment or message, in order. 422 naming the field when an upload is someone else''s, already attached, not (completely) stored yet, unknown, or (messages) not an image or video. Security definer: storage.objects is not readable by members. Rows are locked so two requests cannot attach one upload twice.';
+grant execute on function app.attach_uploads(jsonb, uuid, uuid, uuid, text) to authenticated;
+
+create function app.attach_uploads(upload_ids jsonb, target_todo uuid, target_comment uuid, field text)
+returns void
+language sql
+volatile
+security definer
+set search_path = ''
+as $$
+  select app.attach_uploads(upload_ids, target_todo, target_comment, null, field)
+$$;
+comment on function app.attach_uploads(jsonb, uuid, uuid, text) is
+  'Attaches uploads to a todo or comment: the five-argument app.attach_uploads without a message.';
+grant execute on function app.attach_uploads(jsonb, uuid, uuid, text) to authenticated;
+
+create function app.detach_uploads(attachment_ids jsonb, target_todo uuid, target_comment uuid, field text)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  ref text;
+  removed integer;
+begin
+  for ref in select value #>> '{}' from jsonb_array_elements(coalesce(attachment_ids, '[]'::jsonb)) loop
+    delete from app.uploads u
+    where u.id = app.from_public_id('att', ref)
+      and u.todo_id is not distinct from target_todo and u.comment_id is not distinct from target_comment
+      and u.attached_at is not null
+      and u.user_id = (select auth.uid());
+    get diagnostics removed = row_count;
+    if removed = 0 then
+      perform app.http_error(422, format('%s: there is no attachment %L here.', field, ref));
+    end if;
+  end loop;
+end;
+$$;
+comment on function app.detach_uploads(jsonb, uuid, uuid, text) is
+  'Removes attachments (att_ ids) from the given todo or comment; their files are queued for deletion by the uploads trigger. 422 naming the field for an id that is not attached there. The caller has already proven it owns the target.';
+grant execute on function app.detach_uploads(jsonb, uuid, uuid, text) to authenticated;
+
+create function app.record_stored_file(object_key text, size bigint, md5_hex text, mime text, image_width integer, image_height integer)
+returns boolean
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  upload app.uploads;
+begin
+  select * into upload from app.uploads u where u.key = object_key;
+  if upload.id is null then
+    return false;
+  end if;
+  insert into storage.objects (bucket_id, name, owner, metadata)
+  values ('uploads', object_key, upload.user_id,
+          jsonb_build_object('size', size, 'mimetype', mime, 'eTag', '"' || md5_hex || '"', 'contentLength', size))
+  on conflict (bucket_id, name) do update set metadata = excluded.metadata, updated_at = now();
+  update app.uploads u set width = image_width, height = image_height, measured_at = now() where u.id = upload.id;
+  return true;
+end;
+$$;
+comment on function app.record_stored_file(text, bigint, text, text, integer, integer) is
+  'Records a file that the local storage server accepted, as Supabase Storage records objects, plus the image dimensions read from it (measured). False when the key names no upload (the caller then discards the file).';
+grant execute on function app.record_stored_file(text, bigint, text, text, integer, integer) to service_role;
+
+create function app.take_file_deletions(batch integer)
+returns setof text
+language sql
+volatile
+security definer
+set search_path = ''
+as $$
+  select d.key from app.file_deletions d order by d.requested_at limit batch for update skip locked
+$$;
+comment on function app.take_file_deletions(integer) is
+  'Keys of files waiting to be deleted, locked for this worker (skip locked: workers never collide). Call in a transaction, delete the files, then app.forget_file_deletions.';
+grant execute on function app.take_file_deletions(integer) to service_role;
+
+create function app.forget_file_deletions(keys text[])
+returns void
+language sql
+volatile
+security definer
+set search_path = ''
+as $$
+  delete from storage.objects o where o.bucket_id = 'uploads' and o.name = any (keys);
+  delete from app.file_deletions d where d.key = any (keys);
+$$;
+comment on function app.forget_file_deletions(text[]) is
+  'Marks files as deleted from storage: their storage.objects rows and outbox entries go.';
+grant execute on function app.forget_file_deletions(text[]) to service_role;
+
+create function app.remove_stale_uploads(older_than interval)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  removed integer;
+begin
+  delete from app.uploads u where u.attached_at is null and u.created_at < now() - older_than;
+  get diagnostics removed = row_count;
+  return removed;
+end;
+$$;
+comment on function app.remove_stale_uploads(interval) is
+  'Removes uploads never attached within `older_than` (a day in production); their files are queued for deletion by the trigger.';
+grant execute on function app.remove_stale_uploads(interval) to service_role;
+
+create function app.unmeasured_images(batch integer)
+returns table(key text)
+language sql
+stable
+security definer
+set search_path = ''
+as $$
+  select u.key from app.uploads u
+  where u.measured_at is null and u.content_type ~ '^image/'
+    and exists (select 1 from storage.objects o where o.bucket_id = 'uploads' and o.name = u.key)
+  order by u.created_at
+  limit batch
+$$;
+comment on function app.unmeasured_images(integer) is
+  'Stored images whose dimensions are not known yet, oldest first, for the storage worker.';
+grant execute on function app.unmeasured_images(integer) to service_role;
+
+create function app.record_image_size(object_key text, image_width integer, image_height integer)
+returns void
+language sql
+volatile
+security definer
+set search_path = ''
+as $$
+  update app.uploads u set width = image_width, height = image_height, measured_at = now() where u.key = object_key
+$$;
+comment on function app.record_image_size(text, integer, integer) is
+  'Records what the worker read of an image (null dimensions when unreadable), so it is measured once.';
+grant execute on function app.record_image_size(text, integer, integer) to service_role;
+
+-- ============================================================================
+-- Row-level security and grants
+-- ============================================================================
+-- app.uploads
+alter table app.uploads enable row level security;
+create policy "Attachments are visible with what they are attached to; uploads to their owner" on app.uploads
+  for select to authenticated
+  using (user_id = (select auth.uid())
+         or (todo_id is not null and exists (select 1 from app.todos t where t.id = todo_id))
+         or (comment_id is not null and exists (select 1 from app.comments c where c.id = comment_id))
+         or (message_id is not null and exists (select 1 from app.messages m where m.id = message_id)));
+create policy "Members upload in their own name with a writing or chat credential" on app.uploads
+  for insert to authenticated
+  with check (user_id = (select auth.uid()) and ((select app.can_write()) or (select app.can_chat())));
+grant select on app.uploads to authenticated;
+grant insert (user_id, key, filename, byte_size, checksum, content_type) on app.uploads to authenticated;
+
+-- app.file_deletions
+alter table app.file_deletions enable row level security;
+-- No policy and no grant: members never touch this table; security definer functions do.
+
+-- ============================================================================
+-- Triggers
+-- ============================================================================
+create function app.tg_uploads__queue_file_deletion()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  insert into app.file_deletions (key) values (old.key) on conflict do nothing;
+  return null;
+end;
+$$;
+comment on function app.tg_uploads__queue_file_deletion() is
+  'Queues the stored file of a removed upload for deletion, whatever removed it: detaching, deleting its todo or comment (cascade), the account, or the cleanup of unattached uploads.';
+create trigger _200_queue_file_deletion after delete on app.uploads
+  for each row execute function app.tg_uploads__queue_file_deletion();
+
+create trigger _100_set_updated_at before update on app.uploads
+  for each row execute function app.tg__set_updated_at();
+
+-- ============================================================================
+-- API functions
+-- ============================================================================
+create function api.upload_create(filename text, byte_size bigint, checksum_hex text, content_type text)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  created app.uploads;
+  safe_name text := left(coalesce(nullif(regexp_replace(filename, '[^A-Za-z0-9._-]+', '_', 'g'), ''), 'file'), 100);
+begin
+  insert into app.uploads (user_id, key, filename, byte_size, checksum, content_type)
+  values ((select auth.uid()), replace(gen_random_uuid()::text, '-', '') || '/' || safe_name,
+          filename, byte_size, decode(checksum_hex, 'hex'), content_type)
+  returning * into created;
+  return jsonb_build_object(
+    'id', created.id,
+    'key', created.key,
+    'filename', created.filename,
+    'byte_size', created.byte_size,
+    'content_type', created.content_type,
+    'checksum_hex', encode(created.checksum, 'hex'));
+end;
+$$;
+comment on function api.upload_create(text, bigint, text, text) is
+  'POST /v1/uploads: records the upload the member is about to PUT and picks its storage key. The HTTP layer adds the signed PUT URL, its headers and the signed_id (it holds the signing secret).';
+grant execute on function api.upload_create(text, bigint, text, text) to authenticated;
+
+-- ============================================================================
+-- Execute only where granted above
+-- ============================================================================
+revoke execute on all functions in schema app, api from public;

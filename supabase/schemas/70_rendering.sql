@@ -1,0 +1,683 @@
+-- Rendering: the /v1 JSON of every resource, as the viewer may see it.
+--
+-- What every endpoint answers with. The *_json_body functions are
+-- inlined expressions over one row; the plural *_json functions render a whole page in a
+-- few set-based statements; *_page adds the pagination envelope.
+
+-- Function bodies are not checked here: they call functions of later files (the renderers
+-- of 70_rendering.sql) and sections. They are the bodies the migrations created and checked,
+-- as test/schema.test.ts proves.
+set check_function_bodies = off;
+
+-- ============================================================================
+-- Helpers
+-- ============================================================================
+create function app.image_urls(base_url text, folder text, key text)
+returns jsonb
+language sql
+stable
+parallel safe
+as $$
+  select case
+    when key is null then jsonb_build_object(
+      'small', base_url || '/assets/default-' || folder || '-small.png',
+      'medium', base_url || '/assets/default-' || folder || '-medium.png',
+      'large', base_url || '/assets/default-' || folder || '-large.png')
+    else jsonb_build_object(
+      'small', base_url || '/storage/' || key || '?size=small',
+      'medium', base_url || '/storage/' || key || '?size=medium',
+      'large', base_url || '/storage/' || key || '?size=large')
+  end
+$$;
+comment on function app.image_urls(text, text, text) is
+  'Inlined (no SET clause, no table access). The small/medium/large URLs of an avatar, logo or header under base_url (app.public_url(), read once per statement by the caller). Why defaults instead of null: SPEC requires avatar strings, so a member without one gets the generic image.';
+grant execute on function app.image_urls(text, text, text) to authenticated, service_role;
+
+create function app.image_set(folder text, key text)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select app.image_urls(app.public_url(), folder, key)
+$$;
+comment on function app.image_set(text, text) is
+  'The small/medium/large URLs of an avatar, logo or header at this deployment''s public URL: app.image_urls, for callers that render one row.';
+grant execute on function app.image_set(text, text) to authenticated, service_role;
+
+create function app.user_json_body(u app.users, local_today date, viewer_id uuid, base_url text, following boolean, follows_you boolean)
+returns jsonb
+language sql
+stable
+parallel safe
+as $$
+  select jsonb_build_object(
+    'id', app.to_public_id('user', u.id),
+    'username', u.username,
+    'streak', case when u.streak_last_day >= local_today - 1 then u.streak_length else 0 end,
+    'best_streak', u.best_streak,
+    'streaking', coalesce(u.streak_last_day >= local_today, false),
+    'created_at', u.created_at,
+    'updated_at', u.updated_at,
+    'privacy', u.privacy,
+    'protected', u.privacy <> 'public',
+    'first_name', u.first_name,
+    'last_name', u.last_name,
+    'bio', u.bio,
+    'location', u.location,
+    'website_url', u.website_url,
+    'todos_count', u.todos_count,
+    'time_zone', u.time_zone,
+    'url', base_url || '/@' || u.username,
+    'avatar', app.image_urls(base_url, 'avatar', u.avatar_key),
+    'header', case when u.header_key is not null then app.image_urls(base_url, 'header', u.header_key) end,
+    'header_color', coalesce(u.header_color, app.default_header_color(u.id)),
+    'followers_count', u.followers_count,
+    'following', following,
+    'follows_you', follows_you,
+    'pro', u.subscription_active
+  ) || case when u.id = viewer_id then jsonb_build_object('dismissed_time_zone', u.dismissed_time_zone) else '{}'::jsonb end
+$$;
+comment on function app.user_json_body(app.users, date, uuid, text, boolean, boolean) is
+  'Inlined (no SET clause, no table access). The User shape, given what depends on the viewer and the clock: local_today (today in the member''s zone), the viewer, the public URL and the two follow flags. streak: the run ending today or yesterday in the member''s zone (0 otherwise); streaking: today is covered. dismissed_time_zone only for the viewer themself.';
+grant execute on function app.user_json_body(app.users, date, uuid, text, boolean, boolean) to authenticated, service_role;
+
+create function app.user_json(u app.users)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select app.user_json_body(u, (now() at time zone u.time_zone)::date, v.viewer_id, app.public_url(),
+    exists (select 1 from app.user_follows f where f.follower_id = v.viewer_id and f.followee_id = u.id),
+    exists (select 1 from app.user_follows f where f.follower_id = u.id and f.followee_id = v.viewer_id))
+  from (select auth.uid() as viewer_id) v
+$$;
+comment on function app.user_json(app.users) is
+  'A user as the API renders it for the current viewer (app.user_json_body), for callers holding one row, e.g. the row an update just returned. Sets of users: app.users_json.';
+grant execute on function app.user_json(app.users) to authenticated, service_role;
+
+create function app.mentioned_user_json_body(u app.users, base_url text)
+returns jsonb
+language sql
+stable
+parallel safe
+as $$
+  select jsonb_build_object(
+    'id', app.to_public_id('user', u.id),
+    'username', u.username,
+    'first_name', u.first_name,
+    'last_name', u.last_name,
+    'url', base_url || '/@' || u.username,
+    'avatar', app.image_urls(base_url, 'avatar', u.avatar_key))
+$$;
+comment on function app.mentioned_user_json_body(app.users, text) is
+  'Inlined (no SET clause, no table access). The slim MentionedUser shape (mentions, notification actors): no counters, so it costs one row read.';
+grant execute on function app.mentioned_user_json_body(app.users, text) to authenticated, service_role;
+
+create function app.mentioned_user_json(u app.users)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select app.mentioned_user_json_body(u, app.public_url())
+$$;
+comment on function app.mentioned_user_json(app.users) is
+  'The slim MentionedUser shape of one row (app.mentioned_user_json_body at this deployment''s public URL).';
+grant execute on function app.mentioned_user_json(app.users) to authenticated, service_role;
+
+create function app.users_json(ids uuid[])
+returns table(id uuid, body jsonb)
+language plpgsql
+stable
+set search_path = ''
+set plan_cache_mode = 'force_generic_plan'
+as $$
+declare
+  viewer_id uuid := auth.uid();
+  base_url text := app.public_url();
+begin
+  -- Profiles and follow relations are visible to every member, so this reads under the
+  -- caller's policies (both are `true`). "Today" is computed once per time zone, not per user.
+  return query
+    with zones as materialized (
+      select z.time_zone, (now() at time zone z.time_zone)::date as local_today
+      from (select distinct u.time_zone from app.users u where u.id = any (ids)) z
+    )
+    select u.id, app.user_json_body(u, z.local_today, viewer_id, base_url,
+                                    fo.follower_id is not null, fy.follower_id is not null)
+    from app.users u
+    join zones z on z.time_zone = u.time_zone
+    left join app.user_follows fo on fo.follower_id = viewer_id and fo.followee_id = u.id
+    left join app.user_follows fy on fy.follower_id = u.id and fy.followee_id = viewer_id
+    where u.id = any (ids);
+end;
+$$;
+comment on function app.users_json(uuid[]) is
+  'The users with these ids as the API renders them for the current viewer, one row each (unordered; unknown ids are skipped): one statement for the whole set, with both follow flags from two joins instead of two subqueries per user.';
+grant execute on function app.users_json(uuid[]) to authenticated, service_role;
+
+create function app.project_json_body(p app.projects, base_url text, owner jsonb, makers jsonb, following boolean)
+returns jsonb
+language sql
+stable
+parallel safe
+as $$
+  select jsonb_build_object(
+    'id', app.to_public_id('proj', p.id),
+    'slug', p.slug,
+    'name', p.name,
+    'pitch', p.pitch,
+    'description', p.description,
+    'created_at', p.created_at,
+    'updated_at', p.updated_at,
+    'hashtag', p.hashtag,
+    'website_url', p.website_url,
+    'github_url', p.github_url,
+    'privacy', p.privacy,
+    'archived', p.archived,
+    'url', base_url || '/projects/' || coalesce(p.slug, app.to_public_id('proj', p.id)),
+    'logo', case when p.logo_key is null
+                 then jsonb_build_object('small', null, 'medium', null, 'large', null)
+                 else app.image_urls(base_url, 'logo', p.logo_key) end,
+    'header', case when p.header_key is not null then app.image_urls(base_url, 'header', p.header_key) end,
+    'header_color', coalesce(p.header_color, app.default_header_color(p.id)),
+    'owner', owner,
+    'makers', makers,
+    'followers_count', p.followers_count,
+    'following', following)
+$$;
+comment on function app.project_json_body(app.projects, text, jsonb, jsonb, boolean) is
+  'Inlined (no SET clause, no table access). The Project shape, given its rendered owner and makers and whether the viewer follows it. Logo urls are null when no logo was uploaded (SPEC allows null there, unlike avatars).';
+grant execute on function app.project_json_body(app.projects, text, jsonb, jsonb, boolean) to authenticated, service_role;
+
+create function app.projects_json(ids uuid[])
+returns table(id uuid, body jsonb)
+language plpgsql
+stable
+security definer
+set search_path = ''
+set plan_cache_mode = 'force_generic_plan'
+as $$
+declare
+  viewer_id uuid := auth.uid();
+  base_url text := app.public_url();
+begin
+  return query
+    with listed as materialized (
+      -- Visible: exactly the projects policy (app.can_see_project), checked once per project.
+      select p.id, p.owner_id from app.projects p
+      where p.id = any (ids) and app.can_see_project(p.id, p.privacy, viewer_id)
+    ), makers as materialized (
+      -- Makers and follows are visible with their (visible) project.
+      select m.project_id, m.user_id, m.created_at from app.project_makers m
+      where m.project_id in (select l.id from listed l) and m.accepted
+    ), people as materialized (
+      select pe.id, pe.body from app.users_json(array(
+        select l.owner_id from listed l union select m.user_id from makers m)) pe
+    )
+    select p.id, app.project_json_body(p, base_url,
+      (select o.body from people o where o.id = p.owner_id),
+      coalesce((select jsonb_agg(mu.body order by m.user_id = p.owner_id desc, m.created_at, lower(mu.body ->> 'username'))
+                from makers m join people mu on mu.id = m.user_id where m.project_id = p.id), '[]'::jsonb),
+      exists (select 1 from app.project_follows f where f.project_id = p.id and f.user_id = viewer_id))
+    from app.projects p
+    where p.id in (select l.id from listed l);
+end;
+$$;
+comment on function app.projects_json(uuid[]) is
+  'The projects with these ids that the current viewer may see, as the API renders them, one row each (unordered; others are skipped). Makers list the owner first, then in the order they joined. Security definer so makers and follows are read once for the set instead of through a policy per row; visibility is app.can_see_project, the function the projects policy calls, and it acts only for auth.uid().';
+grant execute on function app.projects_json(uuid[]) to authenticated, service_role;
+
+create function app.project_json(p app.projects)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select r.body from app.projects_json(array[p.id]) r
+$$;
+comment on function app.project_json(app.projects) is
+  'A project as the API renders it for the current viewer (app.projects_json of its id; null when the viewer may not see it).';
+grant execute on function app.project_json(app.projects) to authenticated, service_role;
+
+create function app.mentioned_project_json_body(p app.projects, base_url text)
+returns jsonb
+language sql
+stable
+parallel safe
+as $$
+  select jsonb_build_object(
+    'id', app.to_public_id('proj', p.id),
+    'slug', p.slug,
+    'name', p.name,
+    'hashtag', p.hashtag,
+    'url', base_url || '/projects/' || coalesce(p.slug, app.to_public_id('proj', p.id)),
+    'logo', case when p.logo_key is null
+                 then jsonb_build_object('small', null, 'medium', null, 'large', null)
+                 else app.image_urls(base_url, 'logo', p.logo_key) end)
+$$;
+comment on function app.mentioned_project_json_body(app.projects, text) is
+  'Inlined (no SET clause, no table access). The slim MentionedProject shape: no makers or counters, so a todo with many #tags stays cheap.';
+grant execute on function app.mentioned_project_json_body(app.projects, text) to authenticated, service_role;
+
+create function app.mentioned_project_json(p app.projects)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select app.mentioned_project_json_body(p, app.public_url())
+$$;
+comment on function app.mentioned_project_json(app.projects) is
+  'The slim MentionedProject shape of one row (app.mentioned_project_json_body at this deployment''s public URL).';
+grant execute on function app.mentioned_project_json(app.projects) to authenticated, service_role;
+
+create function app.page_envelope(data jsonb, has_more boolean, total_count bigint, last_id text)
+returns jsonb
+language sql
+stable
+as $$
+  select jsonb_build_object(
+    'data', coalesce(data, '[]'::jsonb),
+    'has_more', has_more,
+    'total_count', total_count,
+    'after', case when has_more then last_id end)
+$$;
+comment on function app.page_envelope(jsonb, boolean, bigint, text) is
+  'Inlined (no SET clause, no table access; stable, as jsonb_build_object is, or it would not be inlined). The envelope every paginated list returns: data, has_more, total_count, after (the id of the last item, to pass as starting_after; null on the last page). Why the last id as cursor: clients already hold it, and SPEC''s conversations list treats the cursor as an item that must exist.';
+grant execute on function app.page_envelope(jsonb, boolean, bigint, text) to authenticated, service_role;
+
+create function app.project_page(maker_id uuid, page_limit integer, starting_after text)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  anchor app.projects;
+  result jsonb;
+begin
+  if starting_after is not null then
+    select p.* into anchor from app.projects p where p.id = app.from_public_id('proj', starting_after);
+    if anchor.id is null then
+      perform app.http_error(404, format('starting_after: no project matches %L.', starting_after));
+    end if;
+  end if;
+
+  with candidates as materialized (
+    select p.*
+    from app.projects p
+    where (maker_id is null or exists (
+             select 1 from app.project_makers m
+             where m.project_id = p.id and m.user_id = maker_id and m.accepted))
+      and (anchor.id is null or (p.created_at, p.id) < (anchor.created_at, anchor.id))
+    order by p.created_at desc, p.id desc
+    limit page_limit + 1
+  ), page as (
+    select * from candidates order by created_at desc, id desc limit page_limit
+  )
+  select app.page_envelope(
+    (select jsonb_agg(app.project_json(x::app.projects) order by x.created_at desc, x.id desc) from page x),
+    (select count(*) from candidates) > page_limit,
+    (select count(*) from app.projects p
+      where maker_id is null or exists (
+        select 1 from app.project_makers m where m.project_id = p.id and m.user_id = maker_id and m.accepted)),
+    (select app.to_public_id('proj', x.id) from page x order by x.created_at, x.id limit 1))
+  into result;
+  return result;
+end;
+$$;
+comment on function app.project_page(uuid, integer, text) is
+  'One page of projects visible to the viewer, newest first, optionally only those maker_id makes. Keyset on (created_at, id); the cursor is the last project''s id.';
+grant execute on function app.project_page(uuid, integer, text) to authenticated;
+
+create function app.reaction_json_body(r app.reactions, reactor jsonb)
+returns jsonb
+language sql
+stable
+parallel safe
+as $$
+  select jsonb_build_object(
+    'id', app.to_public_id('reac', r.id),
+    'created_at', r.created_at,
+    'reactable_type', case when r.todo_id is not null then 'Todo' else 'Comment' end,
+    'reactable_id', case when r.todo_id is not null then app.to_public_id('todo', r.todo_id) else app.to_public_id('comm', r.comment_id) end,
+    'reactor', reactor)
+$$;
+comment on function app.reaction_json_body(app.reactions, jsonb) is
+  'Inlined (no SET clause, no table access). The Reaction shape, given its rendered reactor.';
+grant execute on function app.reaction_json_body(app.reactions, jsonb) to authenticated, service_role;
+
+create function app.reaction_json(r app.reactions)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select app.reaction_json_body(r, (select app.user_json(u) from app.users u where u.id = r.user_id))
+$$;
+comment on function app.reaction_json(app.reactions) is
+  'A reaction as the API renders it, with its reactor (app.reaction_json_body).';
+grant execute on function app.reaction_json(app.reactions) to authenticated;
+
+create function app.attachment_json(u app.uploads)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select jsonb_build_object(
+    'id', app.to_public_id('att', u.id),
+    'created_at', u.attached_at,
+    'updated_at', u.updated_at,
+    'url', app.public_url() || '/files/' || u.key,
+    'mime_type', u.content_type,
+    'filename', u.filename,
+    'width', u.width,
+    'height', u.height,
+    'aspect_ratio', case when u.width is not null and u.height is not null then round(u.width::numeric / u.height, 4) end)
+$$;
+comment on function app.attachment_json(app.uploads) is
+  'An attachment as the API renders it. width, height and aspect_ratio (width / height) are read from the stored image; null when it is not an image storage could measure.';
+grant execute on function app.attachment_json(app.uploads) to authenticated;
+
+create function app.todos_json(ids uuid[], expand_reactions boolean)
+returns jsonb
+language plpgsql
+stable
+security definer
+set search_path = ''
+set plan_cache_mode = 'force_generic_plan'
+as $$
+declare
+  viewer_id uuid := auth.uid();
+  base_url text := app.public_url();
+begin
+  return (
+    with visible_authors as materialized (
+      select a.user_id from (select distinct t.user_id from app.todos t where t.id = any (ids)) a
+      where app.can_see_member_content(a.user_id, viewer_id)
+    ), page as materialized (
+      select t.*, o.n from unnest(ids) with ordinality o(id, n)
+      join app.todos t on t.id = o.id
+      where t.user_id in (select va.user_id from visible_authors va)
+    ), shown_reactions as materialized (
+      select (l.r).todo_id, (l.r).user_id, (l.r).created_at, (l.r).id, l.r as reaction
+      from page pt cross join lateral (
+        select r from app.reactions r where r.todo_id = pt.id order by r.created_at desc, r.id desc limit 5) l(r)
+      where expand_reactions
+    ), people as materialized (
+      select pe.id, pe.body from app.users_json(array(
+        select pt.user_id from page pt union select r.user_id from shown_reactions r)) pe
+    ), owning as materialized (
+      select op.id, op.body from app.projects_json(array(
+        select distinct pt.project_id from page pt where pt.project_id is not null)) op
+    ), attachments as materialized (
+      select a.todo_id, jsonb_agg(app.attachment_json(a) order by a.attached_at, a.id) as body
+      from app.uploads a where a.todo_id in (select pt.id from page pt) group by a.todo_id
+    ), project_mentions as materialized (
+      select m.todo_id, jsonb_agg(app.mentioned_project_json_body(p, base_url) order by m.position) as body
+      from app.todo_project_mentions m join app.projects p on p.id = m.project_id
+      where m.todo_id in (select pt.id from page pt) and app.can_see_project(p.id, p.privacy, viewer_id)
+      group by m.todo_id
+    ), user_mentions as materialized (
+      select m.todo_id, jsonb_agg(app.mentioned_user_json_body(u, base_url) order by m.position) as body
+      from app.todo_user_mentions m join app.users u on u.id = m.user_id
+      where m.todo_id in (select pt.id from page pt) group by m.todo_id
+    ), my_reactions as materialized (
+      select r.todo_id, jsonb_agg(jsonb_build_object('id', app.to_public_id('reac', r.id)) order by r.created_at) as body
+      from app.reactions r where r.todo_id in (select pt.id from page pt) and r.user_id = viewer_id group by r.todo_id
+    ), my_comments as materialized (
+      select c.todo_id, jsonb_agg(jsonb_build_object('id', app.to_public_id('comm', c.id)) order by c.created_at, c.id) as body
+      from app.comments c where c.todo_id in (select pt.id from page pt) and c.user_id = viewer_id group by c.todo_id
+    ), expanded as materialized (
+      select r.todo_id, jsonb_agg(app.reaction_json_body(r.reaction, ru.body) order by r.created_at desc, r.id desc) as body
+      from shown_reactions r join people ru on ru.id = r.user_id group by r.todo_id
+    )
+    select jsonb_agg(jsonb_build_object(
+        'id', app.to_public_id('todo', t.id),
+        'created_at', t.created_at,
+        'updated_at', t.updated_at,
+        'body', t.body,
+        'url', base_url || '/todos/' || t.number,
+        'attachments', coalesce(a.body, '[]'::jsonb),
+        'creator', c.body,
+        'creator_id', app.to_public_id('user', t.user_id),
+        'user_id', app.to_public_id('user', t.user_id),
+        'projects', case when op.body is null then '[]'::jsonb else jsonb_build_array(op.body) end,
+        'mentioned_projects', coalesce(pm.body, '[]'::jsonb),
+        'mentioned_users', coalesce(um.body, '[]'::jsonb),
+        'reactions_count', t.reactions_count,
+        'comments_count', t.comments_count,
+        'viewer', jsonb_build_object('reactions', coalesce(mr.body, '[]'::jsonb), 'comments', coalesce(mc.body, '[]'::jsonb)))
+      || case when expand_reactions then jsonb_build_object('reactions', coalesce(ex.body, '[]'::jsonb)) else '{}'::jsonb end
+      order by t.n)
+    from page t
+    join people c on c.id = t.user_id
+    left join owning op on op.id = t.project_id
+    left join attachments a on a.todo_id = t.id
+    left join project_mentions pm on pm.todo_id = t.id
+    left join user_mentions um on um.todo_id = t.id
+    left join my_reactions mr on mr.todo_id = t.id
+    left join my_comments mc on mc.todo_id = t.id
+    left join expanded ex on ex.todo_id = t.id);
+end;
+$$;
+comment on function app.todos_json(uuid[], boolean) is
+  'The todos with these ids that the current viewer may see, as the API renders them, in the order of ids (a JSON array; null when none): creators, reactors, owning projects, mentions, attachments, the viewer''s reactions and comments and (expand_reactions) the newest 5 reactions, each read once for the whole set. Security definer so related rows are not filtered by a policy per row: visibility is app.can_see_member_content per distinct author (the function the todos policy calls) and app.can_see_project for projects; mentions, reactions and attachments are visible with their todo, and the viewer''s own comments on a visible todo are visible to them (app.can_see_comment). Acts only for auth.uid().';
+grant execute on function app.todos_json(uuid[], boolean) to authenticated, service_role;
+
+create function app.todo_json(t app.todos, expand_reactions boolean default false)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select app.todos_json(array[t.id], expand_reactions) -> 0
+$$;
+comment on function app.todo_json(app.todos, boolean) is
+  'A todo as the API renders it for the current viewer: app.todos_json of its id (null when the viewer may not see it). Called after the statement that wrote it, so it renders the stored row.';
+grant execute on function app.todo_json(app.todos, boolean) to authenticated;
+
+create function app.todo_page(scope text, scope_id uuid, filters jsonb, page_limit integer, starting_after text, expand_reactions boolean, match_cap integer default null::integer)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  viewer_id uuid := (select auth.uid());
+  zone text := coalesce((select u.time_zone from app.users u where u.id = (select auth.uid())), 'UTC');
+  since_at timestamptz := app.filter_moment(filters -> 'since', zone);
+  until_at timestamptz := app.filter_moment(filters -> 'until', zone);
+  until_exclusive boolean := coalesce((filters -> 'until' ->> 'exclusive')::boolean, false);
+  matching tsquery := app.todo_search_query(filters ->> 'query');
+  anchor app.todos;
+  conditions text[] := array['true'];
+  candidates uuid[];
+  page uuid[];
+  anchor_at integer;
+  total bigint;
+  has_more boolean;
+begin
+  if starting_after is not null then
+    anchor := app.resolve_todo(starting_after);
+    if anchor.id is null then
+      perform app.http_error(404, format('starting_after: no todo matches %L.', starting_after));
+    end if;
+  end if;
+
+  -- Only the conditions in use are in the statement, so each combination gets its own plan.
+  if scope = 'user' then conditions := conditions || 't.user_id = $1'::text; end if;
+  if scope = 'project' then conditions := conditions || 't.project_id = $1'::text; end if;
+  if scope = 'timeline' then
+    conditions := conditions || '(t.user_id = $7
+      or t.user_id in (select f.followee_id from app.user_follows f where f.follower_id = $7)
+      or t.project_id in (select pf.project_id from app.project_follows pf where pf.user_id = $7))'::text;
+  end if;
+  -- Muted members leave the feeds (a member''s own page and search still show them).
+  if scope in ('all', 'timeline') then
+    conditions := conditions || 'not exists (select 1 from app.mutes m where m.user_id = $7 and m.muted_user_id = t.user_id)'::text;
+  end if;
+  if since_at is not null then conditions := conditions || 't.created_at >= $2'::text; end if;
+  if until_at is not null then
+    conditions := conditions || (case when until_exclusive then 't.created_at < $3' else 't.created_at <= $3' end);
+  end if;
+  if matching is not null then conditions := conditions || 't.search @@ $4'::text; end if;
+
+  if match_cap is not null then
+    -- Search: the newest `match_cap` matches are the whole result; pages are cut from them.
+    execute format('select array(select t.id from app.todos t where %s order by t.created_at desc, t.id desc limit %s)',
+                   array_to_string(conditions, ' and '), match_cap)
+      into candidates using scope_id, since_at, until_at, matching, anchor.created_at, anchor.id, viewer_id;
+    total := cardinality(candidates);
+    if anchor.id is not null then
+      anchor_at := array_position(candidates, anchor.id);
+      if anchor_at is null then
+        perform app.http_error(404, format('starting_after: %L is not among these results.', starting_after));
+      end if;
+      candidates := candidates[anchor_at + 1:];
+    end if;
+    page := candidates[1:page_limit + 1];
+  else
+    execute format('select array(select t.id from app.todos t where %s order by t.created_at desc, t.id desc limit %s)',
+                   array_to_string(conditions || case when anchor.id is not null then '(t.created_at, t.id) < ($5, $6)' end, ' and '),
+                   page_limit + 1)
+      into page using scope_id, since_at, until_at, matching, anchor.created_at, anchor.id, viewer_id;
+    if since_at is null and until_at is null and matching is null and scope in ('user', 'all', 'timeline') then
+      -- Unfiltered: the counters kept on write give the exact total without touching todos.
+      -- Visibility is per author, so a member's list is all of their todos or none.
+      total := case scope
+        when 'user' then (select case when app.can_see_member_content(u.id, viewer_id) then u.todos_count else 0 end
+                          from app.users u where u.id = scope_id)
+        when 'timeline' then
+          -- Own and followed members' todos (visible, not muted), plus the todos of followed
+          -- projects by anyone else: |A ∪ B| = |A| + |B \ A|.
+          -- A: the viewer and their followees, found by key; a followee is visible unless private
+          -- (protected members are visible to followers), the viewer always.
+          (select coalesce(sum(u.todos_count), 0) from app.users u
+            where u.id in (select viewer_id union select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
+              and (u.id = viewer_id or u.privacy <> 'private')
+              and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = u.id))
+          + (select count(*) from app.project_follows pf join app.todos t on t.project_id = pf.project_id
+              where pf.user_id = viewer_id and t.user_id <> viewer_id
+                and t.user_id not in (select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
+                and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = t.user_id))
+        else app.visible_todos_total()
+      end;
+    else
+      execute format('select count(*) from app.todos t where %s', array_to_string(conditions, ' and '))
+        into total using scope_id, since_at, until_at, matching, anchor.created_at, anchor.id, viewer_id;
+    end if;
+  end if;
+
+  has_more := cardinality(page) > page_limit;
+  page := page[1:page_limit];
+  return app.page_envelope(
+    app.todos_json(page, expand_reactions),
+    has_more,
+    total,
+    app.to_public_id('todo', page[cardinality(page)]));
+end;
+$$;
+comment on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) is
+  'One page of todos visible to the viewer, newest first, rendered by app.todos_json: scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects''); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count when unfiltered: user from users.todos_count, all from app.visible_todos_total, timeline from the counters of the viewer and their followees plus the followed projects'' other todos; else an exact count. match_cap (search) limits the whole result to the newest matches.';
+grant execute on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) to authenticated;
+
+create function app.comment_json(c app.comments)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select jsonb_build_object(
+    'id', app.to_public_id('comm', c.id),
+    'body', c.body,
+    'attachments', coalesce((
+      select jsonb_agg(app.attachment_json(a) order by a.attached_at, a.id)
+      from app.uploads a where a.comment_id = c.id), '[]'::jsonb),
+    'created_at', c.created_at,
+    'updated_at', c.updated_at,
+    'url', app.public_url() || '/todos/' || (select t.number from app.todos t where t.id = c.todo_id) || '#' || app.to_public_id('comm', c.id),
+    'reactions_count', c.reactions_count,
+    'viewer', jsonb_build_object('reactions', coalesce((
+      select jsonb_agg(jsonb_build_object('id', app.to_public_id('reac', r.id)) order by r.created_at)
+      from app.reactions r where r.comment_id = c.id and r.user_id = (select auth.uid())), '[]'::jsonb)),
+    'creator', (select app.user_json(u) from app.users u where u.id = c.user_id),
+    'mentioned_projects', coalesce((
+      select jsonb_agg(app.mentioned_project_json(p) order by m.position)
+      from app.comment_project_mentions m join app.projects p on p.id = m.project_id
+      where m.comment_id = c.id), '[]'::jsonb),
+    'mentioned_users', coalesce((
+      select jsonb_agg(app.mentioned_user_json(u) order by m.position)
+      from app.comment_user_mentions m join app.users u on u.id = m.user_id
+      where m.comment_id = c.id), '[]'::jsonb),
+    'parent_id', case when c.parent_id is not null then app.to_public_id('comm', c.parent_id) end)
+$$;
+comment on function app.comment_json(app.comments) is
+  'A comment as the API renders it for the current viewer, with its attachments. parent_id (null for a top-level comment) is our addition to SPEC''s fields: replies need it.';
+grant execute on function app.comment_json(app.comments) to authenticated;
+
+create function app.message_json(m app.messages)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select jsonb_build_object(
+    'id', app.to_public_id('message', m.id),
+    'conversation_id', app.to_public_id('conversation', m.conversation_id),
+    'body', m.body,
+    'client_message_id', m.client_message_id,
+    'created_at', m.created_at,
+    'updated_at', m.updated_at,
+    'creator', (select app.user_json(u) from app.users u where u.id = m.user_id),
+    'attachment', (
+      select jsonb_build_object(
+        'url', app.public_url() || '/files/' || a.key,
+        'mime_type', a.content_type,
+        'filename', a.filename,
+        'byte_size', a.byte_size,
+        'width', a.width,
+        'height', a.height)
+      from app.uploads a where a.message_id = m.id limit 1),
+    'reactions', coalesce((
+      select jsonb_agg(jsonb_build_object(
+        'content', r.content,
+        'created_at', r.created_at,
+        'user', (select app.user_json(u) from app.users u where u.id = r.user_id)) order by r.created_at, r.content)
+      from app.message_reactions r where r.message_id = m.id), '[]'::jsonb))
+$$;
+comment on function app.message_json(app.messages) is
+  'A message as the API (and its realtime message.created event) renders it.';
+grant execute on function app.message_json(app.messages) to authenticated, service_role;
+
+create function app.conversation_json(c app.conversations)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select jsonb_build_object(
+    'id', app.to_public_id('conversation', c.id),
+    'created_at', c.created_at,
+    'updated_at', c.updated_at,
+    'unread', coalesce(m.unread, false),
+    'user', (select app.user_json(u) from app.users u where u.id = m.other_user_id),
+    'last_message', (
+      select app.message_json(last)
+      from app.messages last where last.conversation_id = c.id
+      order by last.created_at desc, last.id desc limit 1))
+  from app.conversation_members m
+  where m.conversation_id = c.id and m.user_id = (select auth.uid())
+$$;
+comment on function app.conversation_json(app.conversations) is
+  'A conversation as the current participant sees it: the other participant as `user`, unread from their side, the latest message.';
+grant execute on function app.conversation_json(app.conversations) to authenticated;
+
+-- ============================================================================
+-- Execute only where granted above
+-- ============================================================================
+revoke execute on all functions in schema app, api from public;
