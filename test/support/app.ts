@@ -43,6 +43,8 @@ export type TestWorld = Awaited<ReturnType<typeof startWorld>>
 export interface WorldOptions {
   /** statement_timeout of the app's connections; production's default unless a test needs less. */
   statementTimeoutMs?: number
+  /** The local storage server's PUT timeouts and the age at which the worker sweeps partial files. */
+  storage?: { idleTimeoutMs?: number; putDeadlineMs?: number; incompleteAfterMs?: number }
 }
 
 export async function startWorld(options: WorldOptions = {}) {
@@ -62,7 +64,7 @@ export async function startWorld(options: WorldOptions = {}) {
   const storageDir = await mkdtemp(join(tmpdir(), 'todo-test-storage-'))
   let publicUrl = 'http://api.test'
   let server: ServerType | null = null
-  const storage = localStorage({ dir: storageDir, get publicUrl() { return publicUrl }, jwtSecret: JWT_SECRET, sql })
+  const storage = localStorage({ dir: storageDir, get publicUrl() { return publicUrl }, jwtSecret: JWT_SECRET, sql, ...options.storage })
   const app = createApp({ sql, publicUrl: 'http://api.test', jwtSecret: JWT_SECRET, upgradeUrl: 'https://todo.test/upgrade', storage, workerSecret: WORKER_SECRET })
   app.route('/', storage.routes)
   const baseUrl = await new Promise<string>((resolve) => {
