@@ -146,9 +146,11 @@ export function localStorage(options: LocalStorageOptions): LocalStorage {
     }
     if (!c.req.raw.body) return refuse(400, 'The request has no body.')
 
-    // One completed PUT per signed URL: claim the upload before taking a byte of the body.
+    // One completed PUT per signed URL: claim the upload before taking a byte of the body. A
+    // claim outlives the PUT's deadline by a margin, so it lapses only when its server is gone.
+    const claimSeconds = Math.ceil(putDeadlineMs / 1000) + 300
     const [claim] = await options.sql`
-      select app.begin_stored_file(${key}, ${`${Math.ceil(putDeadlineMs / 1000)} seconds`}::interval) as state`
+      select app.begin_stored_file(${key}, ${`${claimSeconds} seconds`}::interval) as state`
     if (claim?.state === 'unknown') return refuse(404, 'No such upload: it was removed, or never asked for.')
     if (claim?.state === 'stored') {
       return refuse(409, 'This upload URL has been used: the file is stored. Ask POST /v1/uploads for a new URL to upload another file.')
