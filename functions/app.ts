@@ -31,13 +31,14 @@ export interface AppOptions {
 }
 
 /**
- * The path Hono routes on: without the platform prefix, and without a trailing `.json`
- * (clients that ask for /v1/users/me.json get /v1/users/me), except the OpenAPI document.
+ * The path Hono routes on: without the platform prefix, and without a trailing `.json` on /v1
+ * paths (clients that ask for /v1/users/me.json get /v1/users/me), except the OpenAPI document.
  */
 export function routingPath(pathname: string, basePath = ''): string {
   let path = pathname
   if (basePath && (path === basePath || path.startsWith(basePath + '/'))) path = path.slice(basePath.length) || '/'
-  if (path.endsWith('.json') && path !== '/v1/openapi.json') path = path.slice(0, -'.json'.length)
+  // Only API paths: a stored file's key may end in .json (/files/…, the storage PUT).
+  if (path.startsWith('/v1/') && path.endsWith('.json') && path !== '/v1/openapi.json') path = path.slice(0, -'.json'.length)
   return path
 }
 

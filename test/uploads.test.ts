@@ -353,7 +353,10 @@ describe('Supabase Storage adapter (against a local stand-in of the Storage API)
     await new Promise<void>((resolve) => fake.listen(0, '127.0.0.1', () => resolve()))
     const port = (fake.address() as { port: number }).port
     try {
-      const storage = supabaseStorage({ supabaseUrl: `http://127.0.0.1:${port}`, serviceRoleKey: 'service-key' })
+      const storage = supabaseStorage({
+        supabaseUrl: `http://127.0.0.1:${port}`, serviceRoleKey: 'service-key',
+        contentTypeOf: async (key) => (key === 'abc/f.png' ? 'image/png' : null),
+      })
       const signed = await storage.signUpload({ key: 'abc/f.png', contentType: 'image/png', checksumBase64: 'q83vEjRWeJA=', byteSize: 3 })
       expect(signed).toEqual({
         url: `http://127.0.0.1:${port}/storage/v1/object/upload/sign/uploads/abc/f.png?token=t0k`,

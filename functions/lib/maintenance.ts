@@ -1,5 +1,6 @@
 // The storage worker, the same on both platforms: removes uploads never attached within a
-// day, deletes the files the database queued (app.file_deletions), and measures images whose
+// day, deletes the temporary files of PUTs that never finished (the local server, after a
+// crash), deletes the files the database queued (app.file_deletions), and measures images whose
 // dimensions are unknown (in production Storage receives the PUT, so nothing measured them).
 // `npm start` runs it every minute; on Supabase, pg_cron calls POST /internal/maintenance.
 import { imageSize } from 'image-size'
@@ -10,6 +11,8 @@ export interface MaintenanceResult {
   removedUploads: number
   deletedFiles: number
   measuredImages: number
+  /** Temporary files of PUTs that never finished, deleted. */
+  removedPartials: number
 }
 
 const BATCH = 100
@@ -18,6 +21,7 @@ const IMAGE_HEAD_BYTES = 512 * 1024
 
 export async function runStorageMaintenance(sql: Sql, storage: FileStorage, staleAfter = '1 day'): Promise<MaintenanceResult> {
   const [stale] = await sql`select app.remove_stale_uploads(${staleAfter}::interval) as removed`
+  const removedPartials = (await storage.sweepIncomplete?.()) ?? 0
 
   let deletedFiles = 0
   for (;;) {
@@ -53,5 +57,5 @@ export async function runStorageMaintenance(sql: Sql, storage: FileStorage, stal
     await sql`select app.record_image_size(${key as string}, ${width}, ${height})`
     measuredImages++
   }
-  return { removedUploads: Number(stale?.removed ?? 0), deletedFiles, measuredImages }
+  return { removedUploads: Number(stale?.removed ?? 0), deletedFiles, measuredImages, removedPartials }
 }

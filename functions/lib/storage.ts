@@ -28,6 +28,11 @@ export interface FileStorage {
   deleteFiles(keys: string[]): Promise<void>
   /** The first `bytes` bytes of a stored file (to read image dimensions), or null when it is gone. */
   readStart(key: string, bytes: number): Promise<Uint8Array | null>
+  /**
+   * Deletes what unfinished PUTs left behind (the local server's temporary files, after a crash);
+   * the number removed. Absent where storage keeps no partial files of ours (Supabase Storage).
+   */
+  sweepIncomplete?(): Promise<number>
 }
 
 const encoder = new TextEncoder()

@@ -1,6 +1,7 @@
 // Supabase Storage as the FileStorage of production: signed upload URLs from the Storage API
 // (the client PUTs straight to Supabase), and signed download URLs for GET /files/{key}.
 // Runtime-neutral (fetch only), so the Edge Function uses it as is.
+import { servedInline } from './media.ts'
 import type { FileStorage, SignedUpload, UploadToSign } from './storage.ts'
 
 export const UPLOADS_BUCKET = 'uploads'
@@ -13,6 +14,11 @@ export interface SupabaseStorageOptions {
   /** Seconds a download link stays valid (GET /files/{key} redirects to one). */
   downloadSeconds?: number
   fetch?: typeof fetch
+  /**
+   * The stored type of a file (storage.objects.metadata.mimetype), so GET /files/{key} lets
+   * Storage serve inline only raster images and video; without it every file is a download.
+   */
+  contentTypeOf?: (key: string) => Promise<string | null>
 }
 
 const objectPath = (key: string) => `${UPLOADS_BUCKET}/${key.split('/').map(encodeURIComponent).join('/')}`
@@ -24,6 +30,8 @@ export function supabaseStorage(options: SupabaseStorageOptions): FileStorage {
 
   return {
     async signUpload(upload: UploadToSign): Promise<SignedUpload> {
+      // Never with `x-upsert: true`: Storage puts the flag into the upload token, and without it
+      // a PUT to an object that exists is refused, so one signed URL stores one file, once.
       const response = await request(`${base}/object/upload/sign/${objectPath(upload.key)}`, { method: 'POST', headers, body: '{}' })
       if (!response.ok) throw new Error(`Supabase Storage refused to sign an upload: ${response.status} ${await response.text()}`)
       const { url } = (await response.json()) as { url: string }
@@ -59,7 +67,11 @@ export function supabaseStorage(options: SupabaseStorageOptions): FileStorage {
       }
       if (!response.ok) throw new Error(`Supabase Storage refused to sign a download: ${response.status}`)
       const { signedURL } = (await response.json()) as { signedURL: string }
-      return new Response(null, { status: 302, headers: { location: base + signedURL, 'cache-control': 'private, max-age=60' } })
+      // Storage answers on the API's origin (<ref>.supabase.co): whatever is not a raster image
+      // or a video is sent with Content-Disposition: attachment (Storage's `download` parameter).
+      const mime = options.contentTypeOf ? await options.contentTypeOf(key) : null
+      const location = base + signedURL + (mime !== null && servedInline(mime) ? '' : '&download=')
+      return new Response(null, { status: 302, headers: { location, 'cache-control': 'private, max-age=60' } })
     },
   }
 }

@@ -41,7 +41,7 @@ export const createUpload = createRoute({
   path: '/v1/uploads',
   tags: ['Uploads'],
   summary: 'Start a direct upload',
-  description: '1) call this; 2) PUT the file to `url` with `headers`; 3) attach it with `signed_id` (attachments of a todo, comment or message).',
+  description: '1) call this; 2) PUT the file to `url` with `headers` (once: a URL stores one file); 3) attach it with `signed_id` (attachments of a todo, comment or message). 422 past the member\'s storage quota, 429 past the upload rate (with Retry-After).',
   request: { body: { required: true, content: { 'application/json': { schema: CreateUploadBody } } } },
-  responses: { 200: jsonContent(UploadSchema, 'Where and how to upload'), ...errors(400, 401, 403) },
+  responses: { 200: jsonContent(UploadSchema, 'Where and how to upload'), ...errors(400, 401, 403, 422, 429) },
 })

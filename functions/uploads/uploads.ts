@@ -53,6 +53,6 @@ export const uploads = createRouter(400).openapi(createUpload, async (c) => {
 uploads.get('/files/*', async (c) => {
   // c.req.path is already decoded; a key only ever holds [0-9a-f/A-Za-z._-], so anything else is no file.
   const key = c.req.path.slice('/files/'.length)
-  if (!/^[0-9a-f]{32}\/[A-Za-z0-9._-]{1,100}$/.test(key)) return c.json({ error: 'No such file.' }, 404)
+  if (!/^[0-9a-f]{32}\/(?!\.+$)[A-Za-z0-9._-]{1,100}$/.test(key)) return c.json({ error: 'No such file.' }, 404)
   return await c.var.deps.storage.fileResponse(key)
 })

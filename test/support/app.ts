@@ -45,6 +45,8 @@ export interface WorldOptions {
   statementTimeoutMs?: number
   /** Refuse public Realtime channels, as `npm start` (and production's setting) does. Default true. */
   realtimePrivateOnly?: boolean
+  /** The local storage server's PUT timeouts and the age at which the worker sweeps partial files. */
+  storage?: { idleTimeoutMs?: number; putDeadlineMs?: number; incompleteAfterMs?: number }
 }
 
 export async function startWorld(options: WorldOptions = {}) {
@@ -64,7 +66,7 @@ export async function startWorld(options: WorldOptions = {}) {
   const storageDir = await mkdtemp(join(tmpdir(), 'todo-test-storage-'))
   let publicUrl = 'http://api.test'
   let server: ServerType | null = null
-  const storage = localStorage({ dir: storageDir, get publicUrl() { return publicUrl }, jwtSecret: JWT_SECRET, sql })
+  const storage = localStorage({ dir: storageDir, get publicUrl() { return publicUrl }, jwtSecret: JWT_SECRET, sql, ...options.storage })
   const app = createApp({ sql, publicUrl: 'http://api.test', jwtSecret: JWT_SECRET, upgradeUrl: 'https://todo.test/upgrade', storage, workerSecret: WORKER_SECRET })
   app.route('/', storage.routes)
   const baseUrl = await new Promise<string>((resolve) => {

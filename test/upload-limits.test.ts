@@ -1,0 +1,404 @@
+// Issue 11 items 6 and 9 (storage): uploads cannot fill the disk, and nothing uploaded is
+// served as active content. Over real HTTP on a real PostgreSQL: aborted and stalled PUTs
+// leave nothing, the worker sweeps what a crash leaves, one completed PUT per signed URL, a
+// per-member quota (422) and upload rate (429), attaching checks the stored type, /files
+// headers; and the production path by configuration (bucket, config.toml, the Storage adapter).
+import { createHash } from 'node:crypto'
+import { createServer, request as httpRequest, type ClientRequest } from 'node:http'
+import { existsSync, readFileSync } from 'node:fs'
+import { mkdir, readdir, utimes, writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import { PNG } from 'pngjs'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { supabaseStorage } from '../functions/lib/supabase-storage.ts'
+import { ALLOWED_CONTENT_TYPES, MAX_UPLOAD_BYTES } from '../functions/uploads/uploads.routes.ts'
+import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+
+const IDLE_MS = 800
+let world: TestWorld
+let users = 0
+
+function png(width: number, height: number): Buffer {
+  const image = new PNG({ width, height })
+  for (let i = 0; i < image.data.length; i += 4) image.data.set([i % 256, 80, 160, 255], i)
+  return PNG.sync.write(image)
+}
+
+const md5 = (file: Buffer) => createHash('md5').update(file).digest('base64')
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+async function eventually(check: () => Promise<boolean> | boolean, ms = 5000): Promise<void> {
+  const until = Date.now() + ms
+  while (!(await check())) {
+    if (Date.now() > until) throw new Error('condition not met in time')
+    await sleep(25)
+  }
+}
+
+/** Every file under the storage folder (stored files and temporary ones), relative paths. */
+async function filesOnDisk(): Promise<string[]> {
+  const entries = await readdir(world.storageDir, { recursive: true, withFileTypes: true }).catch(() => [])
+  return entries.filter((e) => e.isFile()).map((e) => join(e.parentPath, e.name).slice(world.storageDir.length + 1))
+}
+const incomingFiles = async () => (await filesOnDisk()).filter((f) => f.startsWith('.incoming'))
+const storedPath = (key: string) => join(world.storageDir, 'uploads', ...key.split('/'))
+
+const newUser = () => world.createUser(`member${++users}`)
+
+async function ask(user: CreatedUser, file: Buffer, contentType = 'text/plain', filename = 'notes.txt') {
+  return await world.post('/v1/uploads', { auth: user.api_key, json: { filename, byte_size: file.length, checksum: md5(file), content_type: contentType } })
+}
+
+async function put(url: string, headers: Record<string, string>, body: Buffer) {
+  const response = await fetch(url, { method: 'PUT', headers, body: new Uint8Array(body) })
+  return { status: response.status, body: await response.json().catch(() => null) }
+}
+
+/** A PUT over a raw socket that sends the first `bytes` of `file` and then waits. */
+function startPut(url: string, headers: Record<string, string>, file: Buffer, bytes: number) {
+  let req!: ClientRequest
+  const answered = new Promise<{ status: number; body: string } | { error: string }>((resolve) => {
+    req = httpRequest(url, { method: 'PUT', headers: { ...headers, 'content-length': String(file.length) } }, (res) => {
+      let body = ''
+      res.on('data', (d) => (body += d))
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }))
+      res.on('error', (err) => resolve({ error: String(err) }))
+    })
+    req.on('error', (err) => resolve({ error: String(err) }))
+  })
+  req.flushHeaders()
+  req.write(file.subarray(0, bytes))
+  return {
+    answered,
+    /** The client goes away mid-body. */
+    abort: () => req.destroy(),
+    /** Sends the rest and waits for the answer. */
+    finish: async () => {
+      req.end(file.subarray(bytes))
+      return await answered
+    },
+  }
+}
+
+beforeAll(async () => {
+  world = await startWorld({ storage: { idleTimeoutMs: IDLE_MS, incompleteAfterMs: 60 * 60_000 } })
+})
+afterAll(() => world.close())
+
+describe('partial files never stay on disk', () => {
+  it('an aborted PUT leaves no file, and the same URL can be PUT again', async () => {
+    const alice = await newUser()
+    const file = Buffer.from('x'.repeat(2 * 1024 * 1024))
+    const asked = (await ask(alice, file)).body
+    const upload = startPut(asked.url, asked.headers, file, 1024 * 1024)
+    // The first half reached the disk (a temporary file), then the client goes away.
+    await eventually(async () => (await incomingFiles()).length > 0)
+    upload.abort()
+    await eventually(async () => (await incomingFiles()).length === 0)
+    expect(existsSync(storedPath(asked.key))).toBe(false)
+    const [row] = await world.sql`select count(*)::int as n from storage.objects where name = ${asked.key}`
+    expect(row!.n).toBe(0)
+
+    // The failed PUT released its claim: a retry with the same URL stores the file.
+    await eventually(async () => (await world.sql`select put_started_at from app.uploads where key = ${asked.key}`)[0]!.put_started_at === null)
+    expect((await put(asked.url, asked.headers, file)).status).toBe(200)
+    expect(readFileSync(storedPath(asked.key)).equals(file)).toBe(true)
+  })
+
+  it('a stalled (slowloris) PUT is stopped after the idle timeout and leaves no file', async () => {
+    const alice = await newUser()
+    const file = Buffer.from('y'.repeat(256 * 1024))
+    const asked = (await ask(alice, file)).body
+    const started = Date.now()
+    const upload = startPut(asked.url, asked.headers, file, 1000)
+    const answer = await Promise.race([upload.answered, sleep(IDLE_MS * 6).then(() => ({ error: 'no answer' }))])
+    // Answered 408, or the connection was closed on it: either way within the timeout, not never.
+    if ('status' in answer) {
+      expect(answer.status).toBe(408)
+      expect(JSON.parse(answer.body).error).toMatch(/No data arrived/)
+    } else {
+      expect(answer.error).not.toBe('no answer')
+    }
+    expect(Date.now() - started).toBeLessThan(IDLE_MS * 5)
+    await eventually(async () => (await incomingFiles()).length === 0)
+    expect(existsSync(storedPath(asked.key))).toBe(false)
+    upload.abort()
+  })
+
+  it('a PUT with the wrong size or MD5 leaves no temporary file either', async () => {
+    const alice = await newUser()
+    const file = Buffer.from('z'.repeat(64 * 1024))
+    const asked = (await ask(alice, file)).body
+    const damaged = Buffer.from(file)
+    damaged[100] = 0x41
+    expect((await put(asked.url, asked.headers, damaged)).status).toBe(400)
+    expect((await fetch(asked.url, { method: 'PUT', headers: asked.headers, body: new Uint8Array(file.subarray(0, 1000)) })).status).toBe(400)
+    expect(await incomingFiles()).toEqual([])
+    expect(existsSync(storedPath(asked.key))).toBe(false)
+  })
+
+  it('the storage worker deletes temporary files a crash left behind (older than the PUT deadline), and only those', async () => {
+    const dir = join(world.storageDir, '.incoming')
+    await mkdir(dir, { recursive: true })
+    const old = join(dir, 'aaaaaaaaaaaaaaaaaaaaaaaa.part')
+    const fresh = join(dir, 'bbbbbbbbbbbbbbbbbbbbbbbb.part')
+    await writeFile(old, Buffer.alloc(1000, 1))
+    await writeFile(fresh, Buffer.alloc(1000, 2))
+    const twoHoursAgo = new Date(Date.now() - 2 * 60 * 60_000)
+    await utimes(old, twoHoursAgo, twoHoursAgo)
+    const result = await world.maintain()
+    expect(result.removedPartials).toBe(1)
+    expect(existsSync(old)).toBe(false)
+    expect(existsSync(fresh)).toBe(true)
+    // The HTTP route pg_cron calls runs the same sweep.
+    await utimes(fresh, twoHoursAgo, twoHoursAgo)
+    const ran = await fetch(`${world.baseUrl}/internal/maintenance`, { method: 'POST', headers: { authorization: 'Bearer test-worker-secret' } })
+    expect(await ran.json()).toMatchObject({ removedPartials: 1 })
+    expect(existsSync(fresh)).toBe(false)
+  })
+})
+
+describe('one completed PUT per signed URL', () => {
+  it('a second PUT after success is 409 and the stored file stays as it was (a leaked URL is spent)', async () => {
+    const alice = await newUser()
+    const file = png(12, 12)
+    const asked = (await ask(alice, file, 'image/png', 'once.png')).body
+    expect((await put(asked.url, asked.headers, file)).status).toBe(200)
+    const again = await put(asked.url, asked.headers, file)
+    expect(again.status).toBe(409)
+    expect(again.body.error).toMatch(/has been used/)
+    expect(readFileSync(storedPath(asked.key)).equals(file)).toBe(true)
+    const [row] = await world.sql`select count(*)::int as n from storage.objects where name = ${asked.key}`
+    expect(row!.n).toBe(1)
+  })
+
+  it('while a PUT is receiving, another PUT to the same URL is 409; the first completes', async () => {
+    const alice = await newUser()
+    const file = Buffer.from('r'.repeat(512 * 1024))
+    const asked = (await ask(alice, file)).body
+    const first = startPut(asked.url, asked.headers, file, 100 * 1024)
+    await eventually(async () => (await world.sql`select put_started_at from app.uploads where key = ${asked.key}`)[0]!.put_started_at !== null)
+    const second = await put(asked.url, asked.headers, file)
+    expect(second.status).toBe(409)
+    expect(second.body.error).toMatch(/in progress/)
+    const done = await first.finish()
+    expect(done).toMatchObject({ status: 200 })
+    expect(readFileSync(storedPath(asked.key)).equals(file)).toBe(true)
+  })
+
+  it('of five simultaneous PUTs to one URL exactly one lands', async () => {
+    const alice = await newUser()
+    const file = Buffer.from('s'.repeat(300 * 1024))
+    const asked = (await ask(alice, file)).body
+    const results = await Promise.all(Array.from({ length: 5 }, () => put(asked.url, asked.headers, file)))
+    expect(results.map((r) => r.status).sort()).toEqual([200, 409, 409, 409, 409])
+    expect(await incomingFiles()).toEqual([])
+    const [row] = await world.sql`select count(*)::int as n from storage.objects where name = ${asked.key}`
+    expect(row!.n).toBe(1)
+  })
+})
+
+describe('per-member storage quota (422) and upload rate (429)', () => {
+  it('the quota counts attached and pending uploads; deleting a todo frees its bytes', async () => {
+    const carol = await newUser()
+    await world.sql`update app.upload_limits set member_bytes = 1000, pending_bytes = 650`
+    try {
+      const f400 = Buffer.alloc(400, 'a')
+      const f300 = Buffer.alloc(300, 'b')
+      const first = await ask(carol, f400)
+      expect(first.status).toBe(200)
+      const tooManyPending = await ask(carol, f300)
+      expect(tooManyPending.status).toBe(422)
+      expect(tooManyPending.body.error).toMatch(/not attached/)
+
+      expect((await put(first.body.url, first.body.headers, f400)).status).toBe(200)
+      const todo = (await world.post('/v1/todos', { auth: carol.api_key, json: { body: 'file', attachments: [first.body.signed_id] } })).body
+      expect(todo.attachments).toHaveLength(1)
+      expect((await ask(carol, f300)).status).toBe(200) // held 700 (300 pending)
+      const f350 = Buffer.alloc(350, 'c')
+      const overQuota = await ask(carol, f350) // 1050 > 1000
+      expect(overQuota.status).toBe(422)
+      expect(Object.keys(overQuota.body)).toEqual(['error'])
+      expect(overQuota.body.error).toMatch(/quota/)
+
+      // Another member is not affected by carol's usage.
+      expect((await ask(await newUser(), f400)).status).toBe(200)
+
+      expect((await world.delete(`/v1/todos/${todo.id}`, { auth: carol.api_key })).status).toBe(204)
+      expect((await ask(carol, f350)).status).toBe(200) // held 650, pending 650
+    } finally {
+      await world.sql`update app.upload_limits set member_bytes = 5368709120, pending_bytes = 1073741824`
+    }
+  })
+
+  it('concurrent requests cannot race past the quota', async () => {
+    const dave = await newUser()
+    await world.sql`update app.upload_limits set member_bytes = 1000, pending_bytes = 1000`
+    try {
+      const file = Buffer.alloc(300, 'c')
+      const answers = await Promise.all(Array.from({ length: 10 }, () => ask(dave, file)))
+      expect(answers.filter((a) => a.status === 200)).toHaveLength(3)
+      expect(answers.filter((a) => a.status === 422)).toHaveLength(7)
+    } finally {
+      await world.sql`update app.upload_limits set member_bytes = 5368709120, pending_bytes = 1073741824`
+    }
+  })
+
+  it('a member can upload 60 files in ten minutes (item 8 asks for 30); the 61st is 429 with Retry-After', async () => {
+    const erin = await newUser()
+    const [rule] = await world.sql`select max_events, extract(epoch from per)::int as seconds from app.rate_limits where action = 'upload_create'`
+    expect(rule).toEqual({ max_events: 60, seconds: 600 })
+    for (let i = 0; i < 60; i++) {
+      const file = Buffer.from(`file ${i}`)
+      const res = await ask(erin, file, 'text/plain', `f${i}.txt`)
+      expect(res.status).toBe(200)
+    }
+    const refused = await ask(erin, Buffer.from('one more'))
+    expect(refused.status).toBe(429)
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0)
+    expect(refused.body.error).toMatch(/at most 60 per 10 minute/)
+    // A refused request reserved nothing.
+    const [count] = await world.sql`select count(*)::int as n from app.uploads u join app.users m on m.id = u.user_id where m.username = ${erin.username}`
+    expect(count!.n).toBe(60)
+  })
+})
+
+describe('what is stored is what was declared; nothing is served as active content', () => {
+  const html = Buffer.from('<!doctype html><html><body><script>alert(document.domain)</script></body></html>')
+
+  it('HTML declared as PNG: the PUT stores it as application/octet-stream, attaching is 422, /files sends it as a sandboxed download', async () => {
+    const mallory = await newUser()
+    const asked = (await ask(mallory, html, 'image/png', 'cat.png')).body
+    expect((await put(asked.url, asked.headers, html)).status).toBe(200)
+    const attach = await world.post('/v1/todos', { auth: mallory.api_key, json: { body: 'look', attachments: [asked.signed_id] } })
+    expect(attach.status).toBe(422)
+    expect(attach.body.error).toMatch(/^attachments: the stored file 'cat.png' is not image\/png/)
+
+    const served = await fetch(`${world.baseUrl}/files/${asked.key}`)
+    expect(served.status).toBe(200)
+    expect(served.headers.get('content-type')).toBe('application/octet-stream')
+    expect(served.headers.get('content-disposition')).toBe('attachment')
+    expect(served.headers.get('x-content-type-options')).toBe('nosniff')
+    expect(served.headers.get('content-security-policy')).toMatch(/^sandbox; default-src 'none'/)
+  })
+
+  it('on Supabase Storage the object records the PUT\'s Content-Type: another type than declared is 422 on attach', async () => {
+    const mallory = await newUser()
+    const file = png(4, 4)
+    const asked = (await ask(mallory, file, 'image/png', 'p.png')).body
+    // What Storage writes for a PUT sent with another Content-Type than the one we returned.
+    const etag = `"${createHash('md5').update(file).digest('hex')}"`
+    await world.sql`insert into storage.objects (bucket_id, name, metadata) values ('uploads', ${asked.key},
+      ${world.sql.json({ size: file.length, mimetype: 'text/html', eTag: etag })})`
+    const attach = await world.post('/v1/todos', { auth: mallory.api_key, json: { body: 'x', attachments: [asked.signed_id] } })
+    expect(attach.status).toBe(422)
+    expect(attach.body.error).toMatch(/is not image\/png \(it was stored as text\/html\)/)
+    // The same with the declared type (Storage may add parameters) attaches.
+    await world.sql`update storage.objects set metadata = metadata || '{"mimetype": "image/png; charset=binary"}' where name = ${asked.key}`
+    expect((await world.post('/v1/todos', { auth: mallory.api_key, json: { body: 'x', attachments: [asked.signed_id] } })).status).toBe(201)
+  })
+
+  it('/files headers: raster images inline; PDF, text and anything else as attachments; always nosniff and a sandbox CSP', async () => {
+    const frank = await newUser()
+    const cases: [Buffer, string, string, string][] = [
+      [png(3, 3), 'image/png', 'a.png', 'inline'],
+      [Buffer.from('%PDF-1.4\n1 0 obj<</OpenAction<</S/JavaScript/JS(app.alert(1))>>>>endobj\n'), 'application/pdf', 'a.pdf', 'attachment'],
+      [html, 'text/plain', 'page.txt', 'attachment'],
+    ]
+    for (const [file, type, name, disposition] of cases) {
+      const asked = (await ask(frank, file, type, name)).body
+      expect((await put(asked.url, asked.headers, file)).status).toBe(200)
+      const todo = await world.post('/v1/todos', { auth: frank.api_key, json: { body: name, attachments: [asked.signed_id] } })
+      expect(todo.status).toBe(201)
+      const served = await fetch(todo.body.attachments[0].url.replace('http://api.test', world.baseUrl))
+      expect(served.headers.get('content-type')).toBe(type)
+      expect(served.headers.get('content-disposition')).toBe(disposition)
+      expect(served.headers.get('x-content-type-options')).toBe('nosniff')
+      expect(served.headers.get('content-security-policy')).toBe("sandbox; default-src 'none'; img-src 'self'; media-src 'self'; style-src 'unsafe-inline'")
+    }
+  })
+
+  it('SVG and HTML are refused at POST /v1/uploads; a file name of dots or slashes never names a folder, and .json names work', async () => {
+    const gina = await newUser()
+    for (const type of ['image/svg+xml', 'text/html', 'application/xhtml+xml', 'text/xml', 'application/javascript']) {
+      expect((await ask(gina, html, type, 'x')).status).toBe(400)
+    }
+    for (const filename of ['..', '.', '../../secrets.json', '/etc/passwd']) {
+      const file = Buffer.from(`name ${filename}`)
+      const res = await ask(gina, file, 'text/plain', filename)
+      expect(res.status).toBe(200)
+      const asked = res.body
+      expect(asked.key).toMatch(/^[0-9a-f]{32}\/(?!\.+$)[A-Za-z0-9._-]+$/)
+      expect({ filename, ...(await put(asked.url, asked.headers, file)) }).toMatchObject({ status: 200 })
+      expect(readFileSync(storedPath(asked.key)).equals(file)).toBe(true)
+      // A key ending in .json is a file like any other (the API's .json suffix is for /v1 paths).
+      expect(Buffer.from(await (await fetch(`${world.baseUrl}/files/${asked.key}`)).arrayBuffer()).equals(file)).toBe(true)
+    }
+  })
+})
+
+describe('the Supabase Storage path, by configuration', () => {
+  const sorted = (list: readonly string[]) => [...list].sort()
+
+  it('the uploads bucket takes only the types we accept, up to MAX_UPLOAD_BYTES, and is private', async () => {
+    const [bucket] = await world.sql`select public, file_size_limit::bigint as limit, allowed_mime_types from storage.buckets where id = 'uploads'`
+    expect(bucket!.public).toBe(false)
+    expect(Number(bucket!.limit)).toBe(MAX_UPLOAD_BYTES)
+    expect(sorted(bucket!.allowed_mime_types)).toEqual(sorted(ALLOWED_CONTENT_TYPES))
+    for (const active of ['image/svg+xml', 'text/html', 'application/xhtml+xml', 'text/javascript', 'application/xml']) {
+      expect(bucket!.allowed_mime_types).not.toContain(active)
+    }
+  })
+
+  it('supabase/config.toml declares the same bucket for the CLI', () => {
+    const config = readFileSync(join(import.meta.dirname, '..', 'supabase', 'config.toml'), 'utf8')
+    const section = config.split(/^\[storage\.buckets\.uploads\]\s*$/m)[1]!.split(/^\[/m)[0]!
+    expect(section).toMatch(/^public = false$/m)
+    expect(section).toMatch(/^file_size_limit = "100MiB"$/m)
+    expect(MAX_UPLOAD_BYTES).toBe(100 * 1024 * 1024)
+    const types = [...section.split(/^allowed_mime_types = \[/m)[1]!.split(']')[0]!.matchAll(/"([^"]+)"/g)].map((m) => m[1]!)
+    expect(sorted(types)).toEqual(sorted(ALLOWED_CONTENT_TYPES))
+    // The project-wide ceiling is not below the bucket's.
+    expect(config.split(/^\[storage\]\s*$/m)[1]!.split(/^\[/m)[0]).toMatch(/^file_size_limit = "100MiB"$/m)
+  })
+
+  it('the adapter signs uploads without upsert, and lets Storage serve inline only raster images and video', async () => {
+    const seen: { url?: string; upsert?: string | string[] }[] = []
+    const fake = createServer((req, res) => {
+      req.resume()
+      req.on('end', () => {
+        seen.push({ url: req.url, upsert: req.headers['x-upsert'] })
+        res.setHeader('content-type', 'application/json')
+        if (req.url?.startsWith('/storage/v1/object/upload/sign/')) res.end(JSON.stringify({ url: '/object/upload/sign/uploads/k/f?token=up' }))
+        else res.end(JSON.stringify({ signedURL: `/object/sign/uploads${req.url!.slice('/storage/v1/object/sign/uploads'.length)}?token=down` }))
+      })
+    })
+    await new Promise<void>((resolve) => fake.listen(0, '127.0.0.1', () => resolve()))
+    const port = (fake.address() as { port: number }).port
+    try {
+      const types: Record<string, string> = {
+        'k/a.png': 'image/png', 'k/b.mp4': 'video/mp4', 'k/c.md': 'text/markdown', 'k/d.pdf': 'application/pdf',
+        'k/e.svg': 'image/svg+xml', 'k/f.html': 'text/html',
+      }
+      const storage = supabaseStorage({
+        supabaseUrl: `http://127.0.0.1:${port}`, serviceRoleKey: 'service-key',
+        contentTypeOf: async (key) => types[key] ?? null,
+      })
+      await storage.signUpload({ key: 'k/f', contentType: 'image/png', checksumBase64: 'q83vEjRWeJA=', byteSize: 3 })
+      expect(seen[0]!.upsert).toBeUndefined()
+
+      const location = async (key: string) => (await storage.fileResponse(key)).headers.get('location')!
+      const base = `http://127.0.0.1:${port}/storage/v1/object/sign/uploads`
+      expect(await location('k/a.png')).toBe(`${base}/k/a.png?token=down`)
+      expect(await location('k/b.mp4')).toBe(`${base}/k/b.mp4?token=down`)
+      for (const key of ['k/c.md', 'k/d.pdf', 'k/e.svg', 'k/f.html', 'k/unknown']) {
+        expect(await location(key)).toBe(`${base}/${key}?token=down&download=`)
+      }
+      // Without a way to know the type, every file is a download.
+      const blind = supabaseStorage({ supabaseUrl: `http://127.0.0.1:${port}`, serviceRoleKey: 'service-key' })
+      expect((await blind.fileResponse('k/a.png')).headers.get('location')).toBe(`${base}/k/a.png?token=down&download=`)
+    } finally {
+      fake.close()
+    }
+  })
+})
