@@ -132,6 +132,26 @@ comment on function app.resolve_user(text) is
   'The uuid named by a {username} path parameter: `me`, a user_ id, or a username (case-insensitive); null when nobody matches.';
 grant execute on function app.resolve_user(text) to authenticated, service_role;
 
+-- The database role of our OAuth access tokens. Signed with the project's JWT secret, a token
+-- with role `authenticated` would also be a Supabase session (PostgREST, Storage, Auth) past
+-- our scopes and revocation; ours name `api_client` instead (with audience `todo-sharing-api`
+-- and the public user id as `sub`, functions/lib/tokens.ts). Only Realtime may become it:
+-- PostgREST (authenticator) and Storage are not granted it. It may read our realtime topics
+-- and write the typing topics (grants and policies in 50_chat.sql), nothing else.
+do $$
+begin
+  if not exists (select 1 from pg_roles where rolname = 'api_client') then
+    -- nologin: only Realtime ever acts as it, by switching to it for a token that names it.
+    create role api_client nologin noinherit;
+  end if;
+  if exists (select 1 from pg_roles where rolname = 'supabase_realtime_admin') then
+    -- Realtime's least-privilege runtime role (replacing supabase_admin) may switch to it.
+    execute 'grant api_client to supabase_realtime_admin';
+  end if;
+end
+$$;
+grant usage on schema app to api_client;
+
 -- Turning a credential into the claims of a request. The HTTP layer hashes an API key, or
 -- verifies an OAuth JWT's signature and expiry, and passes the result here in the same
 -- statement that runs the endpoint's function. This function decides everything that depends
@@ -171,7 +191,7 @@ begin
       join app.oauth_clients c on c.id = t.client_id
       join app.users u on u.id = t.user_id
      where t.jti = (credential ->> 'jti')::uuid
-       and t.user_id::text = credential ->> 'sub'
+       and t.user_id = app.from_public_id('user', credential ->> 'sub')
        and t.revoked_at is null
        and t.expires_at > now();
     if member_id is null then
@@ -224,6 +244,8 @@ begin
     'chat', chat_approved);
 end;
 $$;
+
+
 comment on function app.authenticate(jsonb, text) is
   'Resolves a credential ({kind: api_key, key_hash} or a verified OAuth JWT payload) into request claims, or raises 403/401. Why in SQL: the key lookup, the revocation check and the subscription check ride in the same statement as the endpoint itself, so a request stays one round trip. Order: unknown credential 403, lapsed subscription 401, then what the credential may do 403: read (scope public), write (scope write), upload (write, or chat from an approved app), search (public, first-party), notifications, devices (first-party), chat (approved app). The HTTP layer also asks it before answering an input error (unknown credentials never see validation details). Security definer: credentials have no policies for members.';
 grant execute on function app.authenticate(jsonb, text) to service_role;

@@ -151,6 +151,7 @@ as $$
 declare
   claims jsonb := coalesce(auth.jwt(), '{}'::jsonb);
   member_id uuid;
+  conversation_ref text;
 begin
   -- The connection's token must be one of our OAuth access tokens, still valid, with scope
   -- chat, from an app approved for chat: checked against the database, not just the JWT.
@@ -158,21 +159,41 @@ begin
   from app.oauth_tokens t join app.oauth_clients c on c.id = t.client_id
   where coalesce(claims ->> 'jti', '') ~ '^[0-9a-f-]{36}$'
     and t.jti = (claims ->> 'jti')::uuid
-    and t.user_id::text = claims ->> 'sub'
+    and t.user_id = app.from_public_id('user', claims ->> 'sub')
     and t.revoked_at is null and t.expires_at > now()
     and 'chat' = any (t.scopes) and c.chat_enabled;
   if member_id is null or topic is null then
     return false;
   end if;
   if topic like 'conversation:conversation\_%' then
-    return app.is_conversation_member(app.from_public_id('conversation', substr(topic, length('conversation:') + 1)), member_id);
+    -- conversation:<id> (the server's events) or conversation:<id>:typing (the participants').
+    conversation_ref := substr(topic, length('conversation:') + 1);
+    if conversation_ref like '%:typing' then
+      conversation_ref := left(conversation_ref, -length(':typing'));
+    end if;
+    return app.is_conversation_member(app.from_public_id('conversation', conversation_ref), member_id);
   end if;
   return topic = app.user_topic(member_id);
 end;
 $$;
 comment on function app.realtime_may_join(text) is
-  'Whether the Realtime connection (its JWT claims) may use a topic: a valid, unrevoked OAuth token with scope chat from a chat-approved app, and then a participant for conversation:<id> or the member themself for user:<id>. Security definer: tokens and memberships are not readable by members.';
-grant execute on function app.realtime_may_join(text) to authenticated;
+  'Whether the Realtime connection (its JWT claims) may read a topic: a valid, unrevoked OAuth token with scope chat from a chat-approved app, and then a participant for conversation:<id> and conversation:<id>:typing, or the member themself for user:<id>. Security definer: tokens and memberships are not readable by members.';
+create function app.realtime_may_send(topic text)
+returns boolean
+language plpgsql
+stable
+security definer
+set search_path = ''
+as $$
+begin
+  -- Only the participants' own topic takes client writes; the server's topics never do, so
+  -- nothing a client sends can pass for a message, a reaction or a read receipt.
+  return topic ~ '^conversation:conversation_[0-9a-f]{32}:typing$' and app.realtime_may_join(topic);
+end;
+$$;
+comment on function app.realtime_may_send(text) is
+  'Whether the Realtime connection may broadcast on a topic: only conversation:<id>:typing, and only a participant with a chat token. Why a topic of its own: Supabase authorizes writes per topic, not per event, so a writable conversation:<id> would let a participant forge message.created. Security definer: as realtime_may_join.';
+grant execute on function app.realtime_may_join(text), app.realtime_may_send(text) to api_client;
 
 create function app.my_conversation(ref text)
 returns app.conversations
@@ -355,15 +376,48 @@ create policy "Participants withdraw their own reactions" on app.message_reactio
 grant select, delete on app.message_reactions to authenticated;
 grant insert (message_id, user_id, content) on app.message_reactions to authenticated;
 
--- realtime.messages: who may receive and send on our broadcast topics
-create policy "Participants with a chat token may broadcast (typing) in their conversations" on realtime.messages
-  for insert to authenticated
+-- realtime.messages: who may receive and send on our broadcast topics. The server publishes
+-- on conversation:<id> and user:<id> (realtime.send in the triggers below); clients may write
+-- only conversation:<id>:typing, because Supabase authorizes a write per topic, not per event
+-- (a writable conversation:<id> let a participant forge message.created). Both policies are for
+-- the token role api_client only, and require the row's own topic to be the channel's.
+grant usage on schema realtime to api_client;
+grant select, insert on realtime.messages to api_client;
+grant execute on function realtime.topic() to api_client;
+create policy "Participants with a chat token may broadcast on their conversations' typing topics only" on realtime.messages
+  for insert to api_client
   with check (realtime.messages.extension = 'broadcast'
-              and (select realtime.topic()) like 'conversation:%'
-              and (select app.realtime_may_join(realtime.topic())));
+              and realtime.messages.topic = (select realtime.topic())
+              and (select app.realtime_may_send(realtime.topic())));
 create policy "Participants with a chat token receive their conversations' and inbox broadcasts" on realtime.messages
-  for select to authenticated
-  using (realtime.messages.extension = 'broadcast' and (select app.realtime_may_join(realtime.topic())));
+  for select to api_client
+  using (realtime.messages.extension = 'broadcast'
+         and realtime.messages.topic = (select realtime.topic())
+         and (select app.realtime_may_join(realtime.topic())));
+
+create function app.api_client_missing_privileges()
+returns text[]
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  missing text[] := array[]::text[];
+begin
+  -- Each privilege on its own: has_table_privilege with a list is true when any one is held.
+  if not has_schema_privilege('api_client', 'realtime', 'usage') then missing := missing || 'usage on schema realtime'::text; end if;
+  if not has_table_privilege('api_client', 'realtime.messages', 'select') then missing := missing || 'select on realtime.messages'::text; end if;
+  if not has_table_privilege('api_client', 'realtime.messages', 'insert') then missing := missing || 'insert on realtime.messages'::text; end if;
+  if not has_function_privilege('api_client', 'realtime.topic()', 'execute') then missing := missing || 'execute on realtime.topic()'::text; end if;
+  if not has_function_privilege('api_client', 'app.realtime_may_join(text)', 'execute')
+     or not has_function_privilege('api_client', 'app.realtime_may_send(text)', 'execute') then
+    missing := missing || 'execute on app.realtime_may_join(text) and app.realtime_may_send(text)'::text;
+  end if;
+  return missing;
+end;
+$$;
+comment on function app.api_client_missing_privileges() is
+  'What the token role api_client lacks of what the realtime.messages policies need (empty when nothing). Why: on Supabase the realtime schema belongs to the platform, and where postgres has no grant option there a grant only warns; chat joins then fail closed. The migration that grants them checks with it, and an operator can ask it after a deploy.';
 
 -- ============================================================================
 -- Triggers

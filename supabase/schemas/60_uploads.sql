@@ -28,6 +28,7 @@ create table app.uploads (
   updated_at   timestamptz not null default now(),
   message_id   uuid references app.messages(id) on delete cascade,
   measured_at  timestamptz,
+  put_started_at timestamptz,
   constraint uploads_attached_has_time check (((todo_id is null) and (comment_id is null) and (message_id is null)) = (attached_at is null)),
   constraint uploads_one_target check (num_nonnulls(todo_id, comment_id, message_id) <= 1)
 );
@@ -37,6 +38,7 @@ comment on column app.uploads.key is
   'Storage key in the uploads bucket: 128 random bits and the cleaned file name. Unguessable, so the file URL can be shared with exactly those who may see the attachment.';
 comment on column app.uploads.measured_at is
   'When the worker or the storage server read the image''s dimensions (null: not yet). Set also when the file could not be read as an image, so it is not read again.';
+comment on column app.uploads.put_started_at is 'When the storage server began receiving the file (null: no PUT in progress). A claim, so that two PUTs of one signed URL cannot both land; released when a PUT fails, and void after the PUT''s deadline (a crashed server).';
 create index uploads_user_id_idx on app.uploads (user_id);
 create index uploads_todo_id_idx on app.uploads (todo_id, attached_at, id) where (todo_id is not null);
 create index uploads_comment_id_idx on app.uploads (comment_id, attached_at, id) where (comment_id is not null);
@@ -50,6 +52,15 @@ create table app.file_deletions (
 );
 comment on table app.file_deletions is
   'Outbox of stored files to delete. Written in the same transaction that removes an upload (nothing is lost on a crash); the storage worker deletes the file and then the row.';
+
+create table app.upload_limits (
+  id boolean primary key default true check (id),
+  member_bytes bigint not null check (member_bytes > 0),
+  pending_bytes bigint not null check (pending_bytes > 0),
+  description text not null
+);
+comment on table app.upload_limits is 'The per-member storage quota (one row). member_bytes: all the bytes of the uploads a member holds, attached or not; pending_bytes: of those, the bytes not attached yet (uploads asked for, perhaps never PUT, removed after a day). Read by app.reserve_upload_bytes; documented in docs/uploads.md.';
+-- Its one row (5 GiB held, 1 GiB not yet attached) is data: migration 20261124004000 inserts it.
 
 -- ============================================================================
 -- Helpers
@@ -66,6 +77,7 @@ declare
   upload app.uploads;
   object_size bigint;
   object_etag text;
+  object_type text;
 begin
   -- Only onto what the requesting member wrote (the callers check too; this keeps it true).
   if (target_todo is not null and not exists (select 1 from app.todos t where t.id = target_todo and t.user_id = (select auth.uid())))
@@ -79,13 +91,17 @@ begin
     elsif upload.attached_at is not null then
       perform app.http_error(422, format('%s: that upload is already attached.', field));
     end if;
-    select (o.metadata ->> 'size')::bigint, o.metadata ->> 'eTag' into object_size, object_etag
+    select (o.metadata ->> 'size')::bigint, o.metadata ->> 'eTag', lower(btrim(split_part(o.metadata ->> 'mimetype', ';', 1)))
+      into object_size, object_etag, object_type
     from storage.objects o where o.bucket_id = 'uploads' and o.name = upload.key;
     if object_size is null then
       perform app.http_error(422, format('%s: the file %L has not been uploaded yet.', field, upload.filename));
     elsif object_size <> upload.byte_size
        or (object_etag is not null and lower(trim(both '"' from object_etag)) <> encode(upload.checksum, 'hex')) then
       perform app.http_error(422, format('%s: the stored file %L does not match its size or checksum.', field, upload.filename));
+    elsif object_type is distinct from upload.content_type then
+      perform app.http_error(422, format('%s: the stored file %L is not %s (it was stored as %s).',
+        field, upload.filename, upload.content_type, coalesce(object_type, 'an unknown type')));
     end if;
     if target_message is not null and upload.content_type !~ '^(image|video)/' then
       perform app.http_error(422, format('%s must be an image or a video.', field));
@@ -100,8 +116,43 @@ begin
 end;
 $$;
 comment on function app.attach_uploads(jsonb, uuid, uuid, uuid, text) is
-  'Attaches the caller''s uploads (ids from verified signed_ids) to a todo, comment or message, in order. 422 naming the field when an upload is someone else''s, already attached, not (completely) stored yet, unknown, or (messages) not an image or video. Security definer: storage.objects is not readable by members. Rows are locked so two requests cannot attach one upload twice.';
+  'Attaches the caller''s uploads (ids from verified signed_ids) to a todo, comment or message, in order. 422 naming the field when an upload is someone else''s, already attached, not (completely) stored yet, stored with another size, MD5 or type than declared (storage.objects.metadata: the local server records the type it found in the file, Supabase Storage the PUT''s Content-Type, which the bucket limits to allowed_mime_types), or unknown; messages take only images and videos. Security definer: storage.objects is not readable by members. Rows are locked so two requests cannot attach one upload twice.';
 grant execute on function app.attach_uploads(jsonb, uuid, uuid, uuid, text) to authenticated;
+
+create function app.reserve_upload_bytes(requested bigint)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  member uuid := (select auth.uid());
+  quota app.upload_limits;
+  held bigint;
+  pending bigint;
+begin
+  select * into quota from app.upload_limits l where l.id;
+  -- One member's uploads are counted one request at a time (a transaction-level lock on the
+  -- member), so concurrent requests cannot each see room for themselves and together pass it.
+  perform pg_advisory_xact_lock(hashtextextended('app.uploads:' || member::text, 0));
+  select coalesce(sum(u.byte_size), 0), coalesce(sum(u.byte_size) filter (where u.attached_at is null), 0)
+    into held, pending
+  from app.uploads u where u.user_id = member;
+  if held + requested > quota.member_bytes then
+    perform app.http_error(422, format(
+      'Storage quota reached: your files take %s of %s; delete some attachments or todos to free space.',
+      pg_size_pretty(held), pg_size_pretty(quota.member_bytes)));
+  elsif pending + requested > quota.pending_bytes then
+    perform app.http_error(422, format(
+      'Too many files uploaded but not attached: %s of %s waiting; attach them or wait a day for the unattached ones to expire.',
+      pg_size_pretty(pending), pg_size_pretty(quota.pending_bytes)));
+  end if;
+end;
+$$;
+comment on function app.reserve_upload_bytes(bigint) is
+  'Checks that the current member may hold `requested` more bytes (422 otherwise): all their uploads, attached or pending, against app.upload_limits. Takes a per-member transaction lock first, so concurrent POST /v1/uploads cannot race past the quota; the new upload row is inserted in the same transaction. Security definer: reads the member''s rows whatever the policies, under a lock a member cannot otherwise take.';
+grant execute on function app.reserve_upload_bytes(bigint) to authenticated;
 
 create function app.attach_uploads(upload_ids jsonb, target_todo uuid, target_comment uuid, field text)
 returns void
@@ -153,22 +204,67 @@ set search_path = ''
 as $$
 declare
   upload app.uploads;
+  inserted integer;
 begin
-  select * into upload from app.uploads u where u.key = object_key;
+  select * into upload from app.uploads u where u.key = object_key for update;
   if upload.id is null then
     return false;
   end if;
   insert into storage.objects (bucket_id, name, owner, metadata)
   values ('uploads', object_key, upload.user_id,
           jsonb_build_object('size', size, 'mimetype', mime, 'eTag', '"' || md5_hex || '"', 'contentLength', size))
-  on conflict (bucket_id, name) do update set metadata = excluded.metadata, updated_at = now();
-  update app.uploads u set width = image_width, height = image_height, measured_at = now() where u.id = upload.id;
+  on conflict (bucket_id, name) do nothing;
+  get diagnostics inserted = row_count;
+  if inserted = 0 then
+    return false;
+  end if;
+  update app.uploads u set width = image_width, height = image_height, measured_at = now(), put_started_at = null
+  where u.id = upload.id;
   return true;
 end;
 $$;
 comment on function app.record_stored_file(text, bigint, text, text, integer, integer) is
-  'Records a file that the local storage server accepted, as Supabase Storage records objects, plus the image dimensions read from it (measured). False when the key names no upload (the caller then discards the file).';
+  'Records a file that the local storage server accepted, as Supabase Storage records objects (mime: the type the server found in the file), plus the image dimensions read from it (measured). False when the key names no upload or a file is already stored for it (the caller then discards its file): the first completed PUT stays.';
 grant execute on function app.record_stored_file(text, bigint, text, text, integer, integer) to service_role;
+
+create function app.begin_stored_file(object_key text, put_deadline interval)
+returns text
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  upload app.uploads;
+begin
+  select * into upload from app.uploads u where u.key = object_key for update;
+  if upload.id is null then
+    return 'unknown';
+  elsif exists (select 1 from storage.objects o where o.bucket_id = 'uploads' and o.name = object_key) then
+    return 'stored';
+  elsif upload.put_started_at is not null and upload.put_started_at > now() - put_deadline then
+    return 'busy';
+  end if;
+  update app.uploads u set put_started_at = now() where u.id = upload.id;
+  return 'claimed';
+end;
+$$;
+comment on function app.begin_stored_file(text, interval) is
+  'The local storage server calls this before it reads a PUT''s body: ''claimed'' (go on), ''unknown'' (no such upload), ''stored'' (a PUT already completed: one per signed URL) or ''busy'' (another PUT is receiving it, started within put_deadline). The row lock makes the claim atomic, so of two concurrent PUTs one is refused. Supabase Storage does the same with its own rule: a signed upload URL without upsert cannot overwrite an object.';
+grant execute on function app.begin_stored_file(text, interval) to service_role;
+
+create function app.end_stored_file(object_key text)
+returns void
+language sql
+volatile
+security definer
+set search_path = ''
+as $$
+  update app.uploads u set put_started_at = null where u.key = object_key
+$$;
+comment on function app.end_stored_file(text) is
+  'Releases the claim of a PUT that failed (aborted, timed out, another size or MD5), so the client may PUT again with the same URL until it expires. Nothing of the failed PUT is kept.';
+grant execute on function app.end_stored_file(text) to service_role;
 
 create function app.take_file_deletions(batch integer)
 returns setof text
@@ -265,6 +361,11 @@ grant insert (user_id, key, filename, byte_size, checksum, content_type) on app.
 
 -- app.file_deletions
 alter table app.file_deletions enable row level security;
+
+alter table app.upload_limits enable row level security;
+create policy "The upload quota is public knowledge for members" on app.upload_limits
+  for select to authenticated using (true);
+grant select on app.upload_limits to authenticated;
 -- No policy and no grant: members never touch this table; security definer functions do.
 
 -- ============================================================================
@@ -303,6 +404,12 @@ declare
   created app.uploads;
   safe_name text := left(coalesce(nullif(regexp_replace(filename, '[^A-Za-z0-9._-]+', '_', 'g'), ''), 'file'), 100);
 begin
+  -- '.' and '..' are no file names: as the last part of a key they would name a folder.
+  if safe_name ~ '^\.+$' then
+    safe_name := 'file';
+  end if;
+  perform app.hit_rate_limit('upload_create');
+  perform app.reserve_upload_bytes(byte_size);
   insert into app.uploads (user_id, key, filename, byte_size, checksum, content_type)
   values ((select auth.uid()), replace(gen_random_uuid()::text, '-', '') || '/' || safe_name,
           filename, byte_size, decode(checksum_hex, 'hex'), content_type)
@@ -317,7 +424,7 @@ begin
 end;
 $$;
 comment on function api.upload_create(text, bigint, text, text) is
-  'POST /v1/uploads: records the upload the member is about to PUT and picks its storage key. The HTTP layer adds the signed PUT URL, its headers and the signed_id (it holds the signing secret).';
+  'POST /v1/uploads: rate-limited (upload_create, 429), within the member''s storage quota (422, app.reserve_upload_bytes); records the upload the member is about to PUT and picks its storage key (the file name cleaned to [A-Za-z0-9._-], never only dots). The HTTP layer adds the signed PUT URL, its headers and the signed_id (it holds the signing secret).';
 grant execute on function api.upload_create(text, bigint, text, text) to authenticated;
 
 -- ============================================================================
