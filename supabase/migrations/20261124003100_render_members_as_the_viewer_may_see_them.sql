@@ -6,8 +6,9 @@
 --    their comment would be: to the todo's owner, to the reactor, and to whoever may see the
 --    reactor's content (public: everyone; protected: followers; private: nobody else). The
 --    preview shows the newest 5 reactions the viewer may see; reactions_count still counts all.
---    Written out on each candidate reaction (a join to its reactor, a follow lookup only for a
---    protected one), not as a definer call per row: see docs/performance.md.
+--    Written out on each candidate reaction (no lookup when the viewer owns the todo or the
+--    reaction, else the reactor's row, and a follow only for a protected one), not as a definer
+--    call per row: see docs/performance.md.
 -- 2. Realtime payloads were rendered in the writer's transaction, so the sender was rendered as
 --    on their own record: the recipient received the sender's dismissed_time_zone (and follow
 --    flags that meant nothing to them). A conversation payload reaches both participants on one
@@ -42,11 +43,15 @@ begin
       from page pt cross join lateral (
         -- The newest 5 reactions the viewer may see: a reactor's like is their activity, shown
         -- where their comment would be (app.can_see_comment's rule, written out on the row).
-        select r from app.reactions r join app.users ru on ru.id = r.user_id
+        -- The owner's and the reactor's own cases need no lookup (the bench's own-todos page).
+        select r from app.reactions r
         where r.todo_id = pt.id
-          and (ru.privacy = 'public' or r.user_id = viewer_id or pt.user_id = viewer_id
-               or (ru.privacy = 'protected' and exists (
-                     select 1 from app.user_follows f where f.follower_id = viewer_id and f.followee_id = r.user_id)))
+          and (pt.user_id = viewer_id or r.user_id = viewer_id or exists (
+                 select 1 from app.users ru
+                 where ru.id = r.user_id
+                   and (ru.privacy = 'public'
+                        or (ru.privacy = 'protected' and exists (
+                              select 1 from app.user_follows f where f.follower_id = viewer_id and f.followee_id = ru.id)))))
         order by r.created_at desc, r.id desc limit 5) l(r)
       where expand_reactions
     ), people as materialized (
@@ -108,7 +113,7 @@ end;
 $$;
 
 comment on function app.todos_json(uuid[], boolean) is
-  'The todos with these ids that the current viewer may see, as the API renders them, in the order of ids (a JSON array; null when none): creators, reactors, owning projects, mentions, attachments, the viewer''s reactions and comments and (expand_reactions) the newest 5 reactions the viewer may see, each read once for the whole set. A reaction is its reactor''s activity: shown to the todo''s owner, the reactor, and whoever may see the reactor''s content (app.can_see_comment''s rule: public everyone, protected followers, private nobody else); reactions_count still counts every reaction. Security definer so related rows are not filtered by a policy per row: visibility is app.can_see_member_content per distinct author (the function the todos policy calls), the reactor rule on each candidate reaction (a join to its reactor, no function call) and app.can_see_project for projects; mentions and attachments are visible with their todo, and the viewer''s own comments on a visible todo are visible to them (app.can_see_comment). Acts only for auth.uid().';
+  'The todos with these ids that the current viewer may see, as the API renders them, in the order of ids (a JSON array; null when none): creators, reactors, owning projects, mentions, attachments, the viewer''s reactions and comments and (expand_reactions) the newest 5 reactions the viewer may see, each read once for the whole set. A reaction is its reactor''s activity: shown to the todo''s owner, the reactor, and whoever may see the reactor''s content (app.can_see_comment''s rule: public everyone, protected followers, private nobody else); reactions_count still counts every reaction. Security definer so related rows are not filtered by a policy per row: visibility is app.can_see_member_content per distinct author (the function the todos policy calls), the reactor rule on each candidate reaction (a primary-key lookup of its reactor unless the viewer owns the todo or the reaction, no function call) and app.can_see_project for projects; mentions and attachments are visible with their todo, and the viewer''s own comments on a visible todo are visible to them (app.can_see_comment). Acts only for auth.uid().';
 
 -- ============================================================================
 -- Realtime: users as the other participant sees them
