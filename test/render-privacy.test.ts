@@ -6,6 +6,7 @@ import { createClient, type RealtimeChannel, type SupabaseClient } from '@supaba
 import WebSocket from 'ws'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+import { asMember } from './support/sql.ts'
 
 let world: TestWorld
 let owner: CreatedUser // public, posts the todo
@@ -72,6 +73,24 @@ describe('expand=reactions shows a reactor only to who may see their activity', 
     expect(seen.body.reactions_count).toBe(7)
     const byFollower = await world.get(`/v1/todos/${todo}?expand=reactions`, { auth: follower.api_key })
     expect(reactors(byFollower.body)).toEqual(['prot', 'fan4', 'fan3', 'fan2', 'fan1'])
+  })
+
+  it('the reactions policy (the last line of defence) follows the same rule, for likes of todos and of comments', async () => {
+    const uuid = async (u: CreatedUser) => ((await world.sql`select app.from_public_id('user', ${u.id}) as id`)[0]!.id as string)
+    const commentId = (await world.post('/v1/comments', { auth: owner.api_key, json: { commentable_type: 'Todo', commentable_id: todoId, body: 'Thanks all' } })).body.id
+    for (const who of [pub, priv]) expect((await world.post('/v1/reactions', { auth: who.api_key, json: { reactable_type: 'Comment', reactable_id: commentId } })).status).toBe(201)
+    const seenBy = async (viewer: CreatedUser) => {
+      const rows = await asMember(world.sql, { sub: await uuid(viewer) }, (tx) => tx<{ username: string; on: string }[]>`
+        select u.username, case when r.todo_id is not null then 'todo' else 'comment' end as on
+        from app.reactions r join app.users u on u.id = r.user_id
+        where r.todo_id = app.from_public_id('todo', ${todoId}) or r.comment_id = app.from_public_id('comm', ${commentId})
+        order by 2 desc, 1`)
+      return rows.map((r) => `${r.on}:${r.username}`)
+    }
+    expect(await seenBy(stranger)).toEqual(['todo:pub', 'comment:pub'])
+    expect(await seenBy(follower)).toEqual(['todo:prot', 'todo:pub', 'comment:pub'])
+    expect(await seenBy(priv)).toEqual(['todo:priv', 'todo:pub', 'comment:priv', 'comment:pub'])
+    expect(await seenBy(owner)).toEqual(['todo:priv', 'todo:prot', 'todo:pub', 'comment:priv', 'comment:pub'])
   })
 
   it('a member who turns private takes their likes out of others\' previews at once', async () => {
