@@ -16,7 +16,8 @@
 --    is the Message as the recipient sees it (creator: following = the recipient follows the
 --    sender, follows_you = the sender follows the recipient; never dismissed_time_zone), and
 --    reaction.created / reaction.deleted render the reacting member as the other participant
---    sees them. conversation.read, conversation.created and inbox.updated carry ids only.
+--    sees them. conversation.read, conversation.created and inbox.updated carry ids, times and
+--    counts only.
 
 create or replace function app.todos_json(ids uuid[], expand_reactions boolean)
 returns jsonb
