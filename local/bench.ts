@@ -197,6 +197,8 @@ interface Bench {
   admin: Sql
   sql: Sql | null
   members: Record<'reader' | 'writer', Member>
+  /** fixture.writers as credentials: write runs send each call as its `writer`. */
+  writers: Member[]
   servers: Partial<Record<Exclude<TargetName, 'sql'>, RunningTarget>>
   postgrestTokens: Record<string, string>
   signatures: Map<string, Signature>
@@ -214,22 +216,28 @@ async function openBench(config: Config, dataset: Dataset, options: Options, tar
     const [row] = await admin<{ claims: Record<string, unknown> }[]>`select app.authenticate(${admin.json(credential as never)}, 'read') as claims`
     members[role] = { key, credential, claims: row!.claims }
   }
+  const writers: Member[] = []
+  for (const writer of dataset.fixture.writers ?? []) {
+    const credential: Credential = { kind: 'api_key', key_hash: await sha256Hex(writer.api_key) }
+    const [row] = await admin<{ claims: Record<string, unknown> }[]>`select app.authenticate(${admin.json(credential as never)}, 'read') as claims`
+    writers.push({ key: writer.api_key, credential, claims: row!.claims })
+  }
   const [now] = await admin<{ now: Date }[]>`select now() as now`
   const bench: Bench = {
-    dataset, publicUrl: config.publicUrl, connections: options.connections, admin, members, servers: {}, postgrestTokens: {}, signatures: new Map(), prepared: new Map(),
+    dataset, publicUrl: config.publicUrl, connections: options.connections, admin, members, writers, servers: {}, postgrestTokens: {}, signatures: new Map(), prepared: new Map(),
     since: now!.now, sql: null,
   }
   const common = {
     databaseUrl: dataset.url, publicUrl: config.publicUrl, jwtSecret: config.jwtSecret, upgradeUrl: config.upgradeUrl,
     pool: options.pool,
-    claims: Object.fromEntries(Object.values(members).map((m) => [`Bearer ${m.key}`, JSON.stringify(m.claims)])),
+    claims: Object.fromEntries([...Object.values(members), ...writers].map((m) => [`Bearer ${m.key}`, JSON.stringify(m.claims)])),
   }
   if (targets.has('api')) bench.servers.api = await startServerWorker({ kind: 'api', ...common })
   if (targets.has('postgraphile')) bench.servers.postgraphile = await startServerWorker({ kind: 'postgraphile', ...common })
   if (targets.has('postgrest') && postgrest) {
     const secret = randomToken(32)
     bench.servers.postgrest = await startPostgrest(postgrest, dataset.url, options.pool, secret)
-    for (const m of Object.values(members)) bench.postgrestTokens[m.key] = await postgrestToken(secret, m.claims)
+    for (const m of [...Object.values(members), ...writers]) bench.postgrestTokens[m.key] = await postgrestToken(secret, m.claims)
   }
   if (targets.has('sql')) bench.sql = createSql(dataset.url, { max: options.pool })
   return bench
@@ -261,8 +269,14 @@ async function callsOf(bench: Bench, endpoint: Endpoint, first = false): Promise
     endpoint.calls({ fixture: bench.dataset.fixture, client, connections, prepared: prepared! }))
 }
 
+/** Who sends `call`: its writer (write runs spread over members), else the endpoint's member. */
+function memberOf(bench: Bench, endpoint: Endpoint, call: Call): Member {
+  if (endpoint.as === 'writer' && call.writer !== undefined && bench.writers[call.writer]) return bench.writers[call.writer]!
+  return bench.members[endpoint.as]
+}
+
 function httpRequest(bench: Bench, target: Exclude<TargetName, 'sql'>, endpoint: Endpoint, signature: Signature, call: Call): HttpRequest {
-  const member = bench.members[endpoint.as]
+  const member = memberOf(bench, endpoint, call)
   if (target === 'api') {
     const headers: Record<string, string> = { authorization: `Bearer ${member.key}` }
     if (call.body === undefined) return { method: call.method, path: call.path, headers }
@@ -312,7 +326,7 @@ async function verify(bench: Bench, endpoint: Endpoint, targets: TargetName[]): 
   for (const target of targets) {
     let value: unknown
     if (target === 'sql') {
-      const member = bench.members[endpoint.as]
+      const member = memberOf(bench, endpoint, call)
       const text = await callApi(bench.sql!, { credential: member.credential, access: endpoint.access, publicUrl: bench.publicUrl }, endpoint.fn, call.args)
       value = text === null ? null : JSON.parse(text)
     } else {
@@ -358,6 +372,7 @@ async function measure(bench: Bench, endpoint: Endpoint, target: TargetName, opt
         context: { credential: member.credential, access: endpoint.access, publicUrl: bench.publicUrl },
         fn: endpoint.fn,
         perConnection: calls.map((list) => list.map((c) => c.args)),
+        contexts: calls.map((list) => list.map((c) => ({ credential: memberOf(bench, endpoint, c).credential, access: endpoint.access, publicUrl: bench.publicUrl }))),
         connections: options.connections,
         seconds,
         atEnd: () => settle(bench.admin),
@@ -548,7 +563,7 @@ async function main(): Promise<number> {
       `Large: ${large.name} (${fx.counts.users?.toLocaleString('en-US')} users, ${fx.counts.todos?.toLocaleString('en-US')} todos, ${fx.counts.reactions?.toLocaleString('en-US')} reactions, ${fx.counts.comments?.toLocaleString('en-US')} comments; seeded in ${fx.seconds}s)` +
         (small ? `; small: ${small.name} (${small.fixture.counts.todos?.toLocaleString('en-US')} todos: the same pages, a hundredth of the todos)` : ''),
       `${options.connections} connections, ${options.duration}s per run after ${options.warmup}s warm-up, pool of ${options.pool} database connections per server and for the SQL run.`,
-      `Reader ${fx.reader.username} (${fx.reader.todos_count} todos), writer ${fx.writer.username}; project ${fx.project.slug} (${fx.project.todos} todos) queried for "${fx.project.query}".`,
+      `Reader ${fx.reader.username} (${fx.reader.todos_count} todos), writer ${fx.writer.username} (writes spread over ${fx.writers?.length ?? 1} members); project ${fx.project.slug} (${fx.project.todos} todos) queried for "${fx.project.query}".`,
     ]
     printReport(process.stdout, results, ratios, header, postgrestNote)
     if (chat) {

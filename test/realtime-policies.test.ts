@@ -195,8 +195,10 @@ describe('what the triggers broadcast', () => {
     const rows = await world.sql`select topic, event, payload, private from realtime.messages where event in ('message.created', 'inbox.updated') order by inserted_at`
     const created = rows.find((r) => r.event === 'message.created')!
     expect(created).toMatchObject({ topic: conversationTopic, private: true })
-    // realtime.send keeps a payload's own id (it adds one only when missing).
-    expect(created.payload).toEqual(sent.body)
+    // realtime.send keeps a payload's own id (it adds one only when missing). The payload is the
+    // message as the recipient sees it (issue 11, item 7): never the sender's dismissed_time_zone.
+    const { dismissed_time_zone: _ownOnly, ...creator } = sent.body.creator
+    expect(created.payload).toEqual({ ...sent.body, creator })
     const inbox = rows.find((r) => r.event === 'inbox.updated')!
     expect(inbox.payload).toMatchObject({ conversation_id: conversationId, message_id: sent.body.id, unread_count: 1 })
     expect(inbox.topic).toMatch(/^user:user_/)

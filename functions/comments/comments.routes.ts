@@ -29,7 +29,7 @@ export const createComment = createRoute({
   tags: ['Comments'],
   summary: 'Comment on a todo',
   request: { body: { required: true, content: { 'application/json': { schema: CreateCommentBody } } } },
-  responses: { 201: jsonContent(CommentSchema, 'The new comment'), ...errors(400, 401, 403, 422) },
+  responses: { 201: jsonContent(CommentSchema, 'The new comment'), ...errors(400, 401, 403, 422, 429) },
 })
 
 export const updateComment = createRoute({

@@ -8,7 +8,7 @@ export const followUser = createRoute({
   summary: 'Follow a member',
   description: 'Idempotent. Following yourself is 422.',
   request: { params: Params.user },
-  responses: { 204: NoContent, ...errors(401, 403, 404, 422) },
+  responses: { 204: NoContent, ...errors(401, 403, 404, 422, 429) },
 })
 
 export const unfollowUser = createRoute({
@@ -26,7 +26,7 @@ export const followProject = createRoute({
   tags: ['Following'],
   summary: 'Follow a project',
   request: { params: Params.project },
-  responses: { 204: NoContent, ...errors(401, 403, 404) },
+  responses: { 204: NoContent, ...errors(401, 403, 404, 429) },
 })
 
 export const unfollowProject = createRoute({

@@ -19,7 +19,7 @@ export const createReport = createRoute({
   tags: ['Moderation'],
   summary: 'Report a todo, comment or user',
   request: { body: { required: true, content: { 'application/json': { schema: CreateReportBody } } } },
-  responses: { 201: jsonContent(ReportSchema, 'The report'), ...errors(400, 401, 403, 422) },
+  responses: { 201: jsonContent(ReportSchema, 'The report'), ...errors(400, 401, 403, 422, 429) },
 })
 
 export const mute = createRoute({
@@ -29,7 +29,7 @@ export const mute = createRoute({
   summary: 'Mute a member',
   description: "Their todos and comments leave your timeline, GET /v1/todos and comment lists. Idempotent.",
   request: { params: Params.user },
-  responses: { 204: NoContent, ...errors(401, 403, 404, 422) },
+  responses: { 204: NoContent, ...errors(401, 403, 404, 422, 429) },
 })
 
 export const unmute = createRoute({

@@ -13,7 +13,7 @@ export const createReaction = createRoute({
   summary: 'Like a todo or a comment',
   description: 'If you already reacted, the existing reaction is returned (also 201).',
   request: { body: { required: true, content: { 'application/json': { schema: CreateReactionBody } } } },
-  responses: { 201: jsonContent(ReactionSchema, 'The reaction'), ...errors(400, 401, 403, 422) },
+  responses: { 201: jsonContent(ReactionSchema, 'The reaction'), ...errors(400, 401, 403, 422, 429) },
 })
 
 export const deleteReaction = createRoute({

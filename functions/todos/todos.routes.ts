@@ -51,7 +51,7 @@ export const createTodo = createRoute({
       },
     },
   },
-  responses: { 201: jsonContent(TodoSchema, 'The new todo'), ...errors(400, 401, 403, 422) },
+  responses: { 201: jsonContent(TodoSchema, 'The new todo'), ...errors(400, 401, 403, 422, 429) },
 })
 
 export const listTodos = createRoute({

@@ -18,6 +18,8 @@ export interface Call {
   path: string
   /** JSON body. */
   body?: unknown
+  /** Writes: the index in fixture.writers of the member who sends it (else the endpoint's `as`). */
+  writer?: number
 }
 
 export interface CallContext {
@@ -51,6 +53,33 @@ const uuidOf = (publicId: string) => publicId.replace(/^[a-z]+_/, '').replace(/^
 
 /** Targets per connection for writes that cannot repeat; more than a run at ~3000/s needs. */
 export const WRITE_TARGETS_PER_CONNECTION = 1500
+
+/**
+ * The writers (indexes in fixture.writers) connection `client` sends as, in turn: each
+ * connection its own share, so every writer makes about (requests of a run) / writers writes per
+ * run, far below every rate limit (docs/rate-limits.md). Fixtures older than the writers: the writer.
+ */
+export function writersOf(fixture: Fixture, client: number, connections: number): number[] {
+  const count = fixture.writers?.length ?? 0
+  if (count === 0) return [-1]
+  if (count <= connections) return [client % count]
+  const mine: number[] = []
+  for (let i = client; i < count; i += connections) mine.push(i)
+  return mine
+}
+
+/** The uuids of every member a write run sends as. */
+export function writerIds(fixture: Fixture): string[] {
+  return (fixture.writers?.length ? fixture.writers : [fixture.writer]).map((w) => uuidOf(w.id))
+}
+
+/** Removes what the write runs made since `since` (as the superuser: triggers run), and the writers' rate-limit counters, so every run starts alike. */
+async function removeWrites(sql: Sql, fixture: Fixture, table: 'todos' | 'reactions', since: Date): Promise<void> {
+  const ids = writerIds(fixture)
+  if (table === 'todos') await sql`delete from app.todos where user_id = any (${ids}::uuid[]) and created_at >= ${since}`
+  else await sql`delete from app.reactions where user_id = any (${ids}::uuid[]) and created_at >= ${since}`
+  await sql`delete from app.rate_limit_counters where user_id = any (${ids}::uuid[])`
+}
 
 export const ENDPOINTS: Endpoint[] = [
   {
@@ -109,14 +138,13 @@ export const ENDPOINTS: Endpoint[] = [
     as: 'writer',
     status: 201,
     read: false,
-    calls: ({ fixture }) => {
+    calls: ({ fixture, client, connections }) => {
       // A real #hashtag and @mention, so posting parses and stores mentions as it does live.
       const body = `Benchmarked the write path #${fixture.mention.hashtag} with @${fixture.mention.username}`
-      return [{ method: 'POST', path: '/v1/todos', body: { body }, args: [body, []] }]
+      return writersOf(fixture, client, connections).map((writer) =>
+        ({ method: 'POST' as const, path: '/v1/todos', body: { body }, args: [body, []], writer }))
     },
-    cleanup: async (sql, fixture, since) => {
-      await sql`delete from app.todos where user_id = ${uuidOf(fixture.writer.id)} and created_at >= ${since}`
-    },
+    cleanup: (sql, fixture, since) => removeWrites(sql, fixture, 'todos', since),
   },
   {
     name: 'POST /v1/reactions',
@@ -125,28 +153,29 @@ export const ENDPOINTS: Endpoint[] = [
     as: 'writer',
     status: 201,
     read: false,
-    // Every request likes a different recent public todo: a repeated like would only read.
+    // Every request likes a different recent public todo that no writer likes yet: a repeated
+    // like would only read. The writers take turns, so none comes near its rate limit.
     prepare: async (sql, fixture, count) => {
       const rows = await sql<{ id: string }[]>`
         select 'todo_' || replace(t.id::text, '-', '') as id
         from app.todos t join app.users u on u.id = t.user_id
         where u.privacy = 'public'
-          and not exists (select 1 from app.reactions r where r.todo_id = t.id and r.user_id = ${uuidOf(fixture.writer.id)})
+          and not exists (select 1 from app.reactions r where r.todo_id = t.id and r.user_id = any (${writerIds(fixture)}::uuid[]))
         order by t.created_at desc
         limit ${count}`
       return rows.map((r) => r.id)
     },
-    calls: ({ client, connections, prepared }) => {
+    calls: ({ fixture, client, connections, prepared }) => {
       const mine = prepared.filter((_, i) => i % connections === client)
-      return mine.map((todoId) => ({
+      const writers = writersOf(fixture, client, connections)
+      return mine.map((todoId, n) => ({
         method: 'POST' as const,
         path: '/v1/reactions',
         body: { reactable_type: 'Todo', reactable_id: todoId },
         args: ['Todo', todoId],
+        writer: writers[n % writers.length]!,
       }))
     },
-    cleanup: async (sql, fixture, since) => {
-      await sql`delete from app.reactions where user_id = ${uuidOf(fixture.writer.id)} and created_at >= ${since}`
-    },
+    cleanup: (sql, fixture, since) => removeWrites(sql, fixture, 'reactions', since),
   },
 ]

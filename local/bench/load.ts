@@ -87,6 +87,8 @@ export async function runSql(options: {
   context: CallContext
   fn: string
   perConnection: unknown[][][]
+  /** The credential of each call, parallel to perConnection (writes spread over members); else `context`. */
+  contexts?: CallContext[][]
   connections: number
   seconds: number
   atEnd: () => Promise<void>
@@ -98,10 +100,11 @@ export async function runSql(options: {
   let open = true
   const callers = Array.from({ length: options.connections }, async (_, i) => {
     const calls = options.perConnection[i % options.perConnection.length]!
+    const contexts = options.contexts?.[i % options.perConnection.length]
     for (let n = 0; open && performance.now() < end; n++) {
       const t0 = performance.now()
       try {
-        await callApi(options.sql, options.context, options.fn, calls[n % calls.length]!)
+        await callApi(options.sql, contexts?.[n % calls.length] ?? options.context, options.fn, calls[n % calls.length]!)
         const t1 = performance.now()
         if (t1 <= end) latencies.push(t1 - t0)
       } catch {

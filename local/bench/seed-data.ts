@@ -31,7 +31,13 @@ import type { Progress } from './progress.ts'
 /** Bumped when the generated data changes: the bench seeds again. */
 export const SEED_FORMAT = 1
 /** Bumped when what the fixture picks changes: the bench picks again without seeding. */
-export const FIXTURE_FORMAT = 2
+export const FIXTURE_FORMAT = 3
+/**
+ * Members the write runs post and like as, in turn: every write that grows a table is
+ * rate-limited per member (docs/rate-limits.md), so a run spreads its writes over this many
+ * that each makes a few dozen per run, well under every limit, and measures the endpoint.
+ */
+export const BENCH_WRITERS = 500
 
 export interface SeedOptions {
   users: number
@@ -60,6 +66,11 @@ export interface Fixture {
   reader: BenchKey
   /** Posts as this member, so the reader's lists are not changed by the write benchmarks. */
   writer: BenchKey
+  /**
+   * The write runs' members, the writer first: requests take them in turn so that no member
+   * reaches a rate limit (up to BENCH_WRITERS; never the reader). Older fixtures lack it.
+   */
+  writers: BenchKey[]
   /** More members with read-write keys, for endpoints that need a second party. */
   others: BenchKey[]
   /** A public todo with a project, an @mention and reactions. */
@@ -672,6 +683,17 @@ async function makeFixture(tx: TransactionSql, options: SeedOptions, seconds: nu
     order by abs(s.ndoc - 15), s.word
     limit 1`
 
+  // More writers: active public members besides the reader and the writer, by id (which ones
+  // does not matter, only that their posts and likes are spread).
+  const moreWriters = await tx<{ id: string; username: string; todos_count: number }[]>`
+    select u.id, u.username, u.todos_count from app.users u
+    where u.subscription_active and u.privacy = 'public' and u.id <> ${reader.id} and u.id <> ${writer.id}
+    order by u.id
+    limit ${BENCH_WRITERS - 1}`
+  const writerKey = await benchKey(tx, writer)
+  const writers = [writerKey]
+  for (const member of moreWriters) writers.push(await benchKey(tx, member))
+
   const [mentioned] = await tx<{ username: string }[]>`
     select u.username from app.users u where u.id <> ${writer.id} order by u.followers_count desc, u.id limit 1`
 
@@ -694,7 +716,8 @@ async function makeFixture(tx: TransactionSql, options: SeedOptions, seconds: nu
     migrations,
     counts,
     reader: await benchKey(tx, reader),
-    writer: await benchKey(tx, writer),
+    writer: writerKey,
+    writers,
     others: await Promise.all(others.map((o) => benchKey(tx, o))),
     todo: { id: `todo_${todo.id.replace(/-/g, '')}`, number: Number(todo.number), reactions_count: todo.reactions_count },
     project: {
@@ -721,7 +744,7 @@ export async function readFixture(sql: Sql): Promise<Fixture | null> {
 export async function refreshFixture(sql: Sql, previous: Fixture): Promise<Fixture> {
   return await sql.begin(async (tx) => {
     // The previous fixture's keys go: they were made for the benchmark only.
-    for (const member of [previous.reader, previous.writer, ...previous.others]) {
+    for (const member of [previous.reader, previous.writer, ...previous.others, ...(previous.writers ?? []).slice(1)]) {
       await tx`delete from app.api_keys where key_hash = decode(${await sha256Hex(member.api_key)}, 'hex')`
     }
     const made = await makeFixture(tx, previous.options, previous.seconds)
