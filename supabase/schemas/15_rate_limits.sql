@@ -19,16 +19,24 @@ create table app.rate_limits (
 );
 comment on table app.rate_limits is
   'How many times a member may do an action per window. Read by app.hit_rate_limit.';
+-- Its rows (one per action, listed in docs/rate-limits.md) are data, not schema: migrations
+-- 20261122000700, 20261124003000 and 20261124004000 insert them; an operator changes them
+-- with an update.
 
 create table app.rate_limit_counters (
   user_id      uuid references app.users(id) on delete cascade,
   action       text references app.rate_limits(action) on delete cascade,
   window_start timestamptz,
   events       integer not null,
+  last_at      timestamptz not null default now(),
   constraint rate_limit_counters_pkey primary key (user_id, action, window_start)
 );
 comment on table app.rate_limit_counters is
-  'Events per member, action and window. One row per window, incremented with an upsert, so concurrent requests cannot both slip under the limit.';
+  'Events per member, action and bucket (a tenth of the rule''s period), with the newest event''s time. app.hit_rate_limit sums the buckets younger than the period: a sliding window.';
+comment on column app.rate_limit_counters.last_at is
+  'When the newest event of this bucket happened. The bucket counts toward the limit while last_at is younger than the rule''s period, and is deleted after.';
+comment on column app.rate_limit_counters.window_start is
+  'Start of the bucket: date_bin of a tenth of the rule''s period.';
 create index rate_limit_counters_action_idx on app.rate_limit_counters (action);
 
 -- ============================================================================
@@ -42,39 +50,58 @@ security definer
 set search_path = ''
 as $$
 declare
+  member_id uuid := (select auth.uid());
   rule app.rate_limits;
-  current_window timestamptz;
+  bucket timestamptz;
   seen integer;
   wait_seconds integer;
+  new_bucket boolean;
 begin
   select * into rule from app.rate_limits r where r.action = limited_action;
   if rule.action is null then
     raise exception 'unknown rate-limited action %', limited_action;
   end if;
-  current_window := date_bin(rule.per, now(), timestamptz '2000-01-01 00:00:00+00');
-  insert into app.rate_limit_counters as c (user_id, action, window_start, events)
-  values ((select auth.uid()), rule.action, current_window, 1)
-  on conflict (user_id, action, window_start) do update set events = c.events + 1
-  returning c.events into seen;
-  if seen > rule.max_events then
-    wait_seconds := greatest(1, ceil(extract(epoch from current_window + rule.per - now())))::integer;
+  -- One request of this member and action at a time until it commits: the sum below then sees
+  -- every event that counts, whichever bucket it went to.
+  perform pg_advisory_xact_lock(hashtextextended('app.hit_rate_limit ' || rule.action || ' ' || member_id::text, 0));
+  select coalesce(sum(c.events), 0)::integer into seen
+  from app.rate_limit_counters c
+  where c.user_id = member_id and c.action = rule.action and c.last_at > now() - rule.per;
+
+  if seen >= rule.max_events then
+    -- Buckets age out oldest first; one more event fits once `seen - max_events + 1` have.
+    select ceil(extract(epoch from aging.last_at + rule.per - now()))::integer into wait_seconds
+    from (select c.last_at, sum(c.events) over (order by c.last_at, c.window_start) as aged
+          from app.rate_limit_counters c
+          where c.user_id = member_id and c.action = rule.action and c.last_at > now() - rule.per) aging
+    where aging.aged >= seen - rule.max_events + 1
+    order by aging.last_at
+    limit 1;
+    wait_seconds := least(greatest(1, coalesce(wait_seconds, 1)), ceil(extract(epoch from rule.per))::integer);
     perform app.http_error(429,
-      format('Too many requests: at most %s per %s. Try again in %s seconds.', rule.max_events,
+      format('Too many requests: at most %s per %s (%s). Try again in %s seconds.', rule.max_events,
              case when rule.per >= interval '1 hour' then (extract(epoch from rule.per) / 3600)::integer || ' hour(s)'
                   when rule.per >= interval '1 minute' then (extract(epoch from rule.per) / 60)::integer || ' minute(s)'
                   else extract(epoch from rule.per)::integer || ' second(s)' end,
-             wait_seconds),
+             rule.description, wait_seconds),
       jsonb_build_object('retry_after', wait_seconds));
   end if;
-  -- Old windows are of no use: drop this member's, cheaply, on the same primary key.
-  if seen = 1 then
+
+  bucket := date_bin(rule.per / 10, now(), timestamptz '2000-01-01 00:00:00+00');
+  insert into app.rate_limit_counters as c (user_id, action, window_start, events, last_at)
+  values (member_id, rule.action, bucket, 1, now())
+  on conflict (user_id, action, window_start) do update
+    set events = c.events + 1, last_at = greatest(c.last_at, excluded.last_at)
+  returning c.events = 1 into new_bucket;
+  -- Buckets that no longer count are of no use: drop this member's, once per new bucket.
+  if new_bucket then
     delete from app.rate_limit_counters c
-    where c.user_id = (select auth.uid()) and c.action = rule.action and c.window_start < current_window;
+    where c.user_id = member_id and c.action = rule.action and c.last_at <= now() - rule.per;
   end if;
 end;
 $$;
 comment on function app.hit_rate_limit(text) is
-  'Counts one event of `limited_action` for the current member and raises 429 (with retry_after = seconds until the window ends) past the threshold. The rejected event rolls back with the request, so it does not count.';
+  'Counts one event of `limited_action` for the current member, or raises 429 when max_events events already happened within the rule''s period (a sliding window, in buckets of a tenth of the period; retry_after = seconds until enough of the oldest have aged out). A rejected event is not counted, and one that a later error rolls back is not either. Serialized per member and action with an advisory lock, so concurrent requests cannot exceed the limit.';
 grant execute on function app.hit_rate_limit(text) to authenticated;
 
 -- ============================================================================

@@ -505,13 +505,14 @@ as $$
 declare
   created app.todos;
 begin
+  perform app.hit_rate_limit('todo_create');
   insert into app.todos (user_id, body) values ((select auth.uid()), body) returning * into created;
   perform app.attach_uploads(attachments, created.id, null, 'attachments');
   return app.todo_json(created);
 end;
 $$;
 comment on function api.todo_create(text, jsonb) is
-  'POST /v1/todos: attachments are upload ids from verified signed_ids, attached in order (422 when foreign, not stored, or already attached).';
+  'POST /v1/todos (JSON or form): rate-limited (todo_create, 429); attachments are upload ids from verified signed_ids, attached in order (422 when foreign, not stored, or already attached).';
 grant execute on function api.todo_create(text, jsonb) to authenticated;
 
 create function api.todo_get(todo_ref text, expand_reactions boolean)

@@ -181,10 +181,17 @@ create policy "Members react in their own name to what they can see" on app.reac
 create policy "Members withdraw their own reactions" on app.reactions
   for delete to authenticated
   using (user_id = (select auth.uid()) and (select app.can_write()));
-create policy "Reactions are visible with what they react to" on app.reactions
+-- A like is shown where its reactor's comment would be (app.can_see_comment), as the renderers show it.
+create policy "Reactions are visible where their reactor's comment would be" on app.reactions
   for select to authenticated
-  using (case when todo_id is not null then exists (select 1 from app.todos t where t.id = todo_id)
-              else exists (select 1 from app.comments c where c.id = comment_id) end);
+  using (case
+    when todo_id is not null then exists (
+      select 1 from app.todos t
+      where t.id = reactions.todo_id and app.can_see_comment(t.user_id, reactions.user_id, (select auth.uid())))
+    else exists (
+      select 1 from app.comments c
+      where c.id = reactions.comment_id and app.can_see_comment(c.user_id, reactions.user_id, (select auth.uid())))
+  end);
 grant select, delete on app.reactions to authenticated;
 grant insert (user_id, todo_id, comment_id) on app.reactions to authenticated;
 
@@ -368,6 +375,7 @@ begin
       perform app.http_error(422, format('parent_id: no comment matches %L on this todo.', parent_ref));
     end if;
   end if;
+  perform app.hit_rate_limit('comment_create');
   insert into app.comments (todo_id, user_id, parent_id, body)
   values (target.id, (select auth.uid()), parent.id, coalesce(body, ''))
   returning * into created;
@@ -376,7 +384,7 @@ begin
 end;
 $$;
 comment on function api.comment_create(text, text, text, jsonb, text) is
-  'POST /v1/comments: on a todo the viewer can see (422 otherwise), optionally as a reply (parent_id, a comment on the same todo). body may be empty when attachments are given.';
+  'POST /v1/comments: on a todo the viewer can see (422 otherwise), optionally as a reply (parent_id, a comment on the same todo). body may be empty when attachments are given. Rate-limited (comment_create, 429) once the input is valid.';
 grant execute on function api.comment_create(text, text, text, jsonb, text) to authenticated;
 
 create function api.comment_update(comment_ref text, patch jsonb)
@@ -485,6 +493,8 @@ begin
     returning * into reaction;
     if reaction.id is null then
       select * into reaction from app.reactions r where r.todo_id = target_todo and r.user_id = me;
+    else
+      perform app.hit_rate_limit('reaction_create');
     end if;
   elsif reactable_type = 'Comment' then
     target_comment := (app.resolve_comment(reactable_id)).id;
@@ -496,6 +506,8 @@ begin
     returning * into reaction;
     if reaction.id is null then
       select * into reaction from app.reactions r where r.comment_id = target_comment and r.user_id = me;
+    else
+      perform app.hit_rate_limit('reaction_create');
     end if;
   else
     perform app.http_error(422, 'reactable_type must be Todo or Comment.');
@@ -504,7 +516,7 @@ begin
 end;
 $$;
 comment on function api.reaction_create(text, text) is
-  'POST /v1/reactions: like a todo or comment the viewer can see (422 otherwise). Reacting again returns the existing reaction; the unique index makes that hold under concurrent requests too.';
+  'POST /v1/reactions: like a todo or comment the viewer can see (422 otherwise). Reacting again returns the existing reaction; the unique index makes that hold under concurrent requests too. Only a like that adds a row counts toward reaction_create (429); past the limit the new row rolls back with the error.';
 grant execute on function api.reaction_create(text, text) to authenticated;
 
 create function api.reaction_delete(reaction_ref text)
@@ -561,6 +573,7 @@ begin
     else
       perform app.http_error(422, 'reportable_type must be Todo, Comment or User.');
   end case;
+  perform app.hit_rate_limit('report_create');
   insert into app.reports (reporter_id, reportable_type, reportable_id, todo_id, comment_id, reported_user_id)
   values ((select auth.uid()), reportable_type, reportable_id, target_todo, target_comment, target_user)
   returning * into report;
@@ -572,7 +585,7 @@ begin
 end;
 $$;
 comment on function api.report_create(text, text) is
-  'POST /v1/reports: a todo, comment (that the reporter can see) or user; 422 for an unknown type or target.';
+  'POST /v1/reports: a todo, comment (that the reporter can see) or user; 422 for an unknown type or target. Every report is a new row, so every valid one counts toward report_create (429).';
 grant execute on function api.report_create(text, text) to authenticated;
 
 create function api.user_follow(user_ref text, follow boolean)
@@ -584,6 +597,7 @@ as $$
 declare
   target uuid := app.resolve_user(user_ref);
   me uuid := (select auth.uid());
+  started boolean;
 begin
   if target is null then
     perform app.http_error(404, format('No user matches %L.', user_ref));
@@ -591,7 +605,11 @@ begin
     perform app.http_error(422, 'You cannot follow yourself.');
   end if;
   if follow then
-    insert into app.user_follows (follower_id, followee_id) values (me, target) on conflict do nothing;
+    insert into app.user_follows (follower_id, followee_id) values (me, target) on conflict do nothing
+    returning true into started;
+    if started then
+      perform app.hit_rate_limit('user_follow');
+    end if;
   else
     delete from app.user_follows f where f.follower_id = me and f.followee_id = target;
   end if;
@@ -599,7 +617,7 @@ begin
 end;
 $$;
 comment on function api.user_follow(text, boolean) is
-  'POST and DELETE /v1/users/{user_id}/follow: idempotent; a follower sees a protected member''s todos.';
+  'POST and DELETE /v1/users/{user_id}/follow: idempotent; a follower sees a protected member''s todos. Starting to follow counts toward user_follow (429); following again (a no-op) and unfollowing do not.';
 grant execute on function api.user_follow(text, boolean) to authenticated;
 
 create function api.project_follow(project_ref text, follow boolean)
@@ -611,12 +629,17 @@ as $$
 declare
   me uuid := (select auth.uid());
   target uuid := app.followable_project(project_ref, me);
+  started boolean;
 begin
   if target is null then
     perform app.http_error(404, format('No project matches %L.', project_ref));
   end if;
   if follow then
-    insert into app.project_follows (user_id, project_id) values (me, target) on conflict do nothing;
+    insert into app.project_follows (user_id, project_id) values (me, target) on conflict do nothing
+    returning true into started;
+    if started then
+      perform app.hit_rate_limit('project_follow');
+    end if;
   else
     delete from app.project_follows f where f.user_id = me and f.project_id = target;
   end if;
@@ -624,7 +647,7 @@ begin
 end;
 $$;
 comment on function api.project_follow(text, boolean) is
-  'POST and DELETE /v1/projects/{project_id}/follow: idempotent. Public and protected projects can be followed (that is how one comes to see a protected one); private ones only by makers, 404 otherwise.';
+  'POST and DELETE /v1/projects/{project_id}/follow: idempotent. Public and protected projects can be followed (that is how one comes to see a protected one); private ones only by makers, 404 otherwise. Starting to follow counts toward project_follow (429); a no-op and unfollowing do not.';
 grant execute on function api.project_follow(text, boolean) to authenticated;
 
 create function api.user_mute(user_ref text, mute boolean)
@@ -636,6 +659,7 @@ as $$
 declare
   target uuid := app.resolve_user(user_ref);
   me uuid := (select auth.uid());
+  muted boolean;
 begin
   if target is null then
     perform app.http_error(404, format('No user matches %L.', user_ref));
@@ -643,7 +667,11 @@ begin
     perform app.http_error(422, 'You cannot mute yourself.');
   end if;
   if mute then
-    insert into app.mutes (user_id, muted_user_id) values (me, target) on conflict do nothing;
+    insert into app.mutes (user_id, muted_user_id) values (me, target) on conflict do nothing
+    returning true into muted;
+    if muted then
+      perform app.hit_rate_limit('mute_create');
+    end if;
   else
     delete from app.mutes m where m.user_id = me and m.muted_user_id = target;
   end if;
@@ -651,7 +679,7 @@ begin
 end;
 $$;
 comment on function api.user_mute(text, boolean) is
-  'POST and DELETE /v1/users/{user_id}/mute: idempotent; muted members leave the viewer''s feeds and comment lists.';
+  'POST and DELETE /v1/users/{user_id}/mute: idempotent; muted members leave the viewer''s feeds and comment lists. Muting counts toward mute_create (429); muting again (a no-op) and unmuting do not.';
 grant execute on function api.user_mute(text, boolean) to authenticated;
 
 create function api.timeline(filters jsonb, page_limit integer, starting_after text, expand_reactions boolean)

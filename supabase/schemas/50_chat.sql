@@ -441,7 +441,9 @@ begin
   select m.user_id into other from app.conversation_members m
   where m.conversation_id = new.conversation_id and m.user_id <> new.user_id;
 
-  perform realtime.send(app.message_json(new), 'message.created', app.conversation_topic(new.conversation_id), true);
+  -- Both participants receive this payload: it is the message as the recipient sees it, never
+  -- as the sender sees their own record (dismissed_time_zone).
+  perform realtime.send(app.message_json_as(new, other), 'message.created', app.conversation_topic(new.conversation_id), true);
   perform realtime.send(
     jsonb_build_object('conversation_id', app.to_public_id('conversation', new.conversation_id),
                        'message_id', app.to_public_id('message', new.id),
@@ -451,7 +453,7 @@ begin
 end;
 $$;
 comment on function app.tg_messages__deliver() is
-  'After a message: moves the conversation to the top of both inboxes, marks it unread for the recipient (read for the sender), and broadcasts message.created (the rendered Message) to the conversation topic and inbox.updated (unread count) to the recipient''s topic. realtime.send never fails the write.';
+  'After a message: moves the conversation to the top of both inboxes, marks it unread for the recipient (read for the sender), and broadcasts message.created (the Message as the recipient sees it: app.message_json_as, so the sender''s own-record fields never reach the recipient) to the conversation topic and inbox.updated (unread count) to the recipient''s topic. realtime.send never fails the write.';
 create constraint trigger _100_deliver after insert on app.messages
   deferrable initially deferred
   for each row execute function app.tg_messages__deliver();
@@ -466,15 +468,18 @@ as $$
 declare
   changed app.message_reactions := case when tg_op = 'INSERT' then new else old end;
   conversation uuid := (select m.conversation_id from app.messages m where m.id = changed.message_id);
+  other uuid;
 begin
   if conversation is not null then
+    select cm.other_user_id into other from app.conversation_members cm
+    where cm.conversation_id = conversation and cm.user_id = changed.user_id;
     perform realtime.send(
       jsonb_build_object(
         'message_id', app.to_public_id('message', changed.message_id),
         'conversation_id', app.to_public_id('conversation', conversation),
         'content', changed.content,
         'created_at', changed.created_at,
-        'user', (select app.user_json(u) from app.users u where u.id = changed.user_id)),
+        'user', (select app.user_json_as(u, other) from app.users u where u.id = changed.user_id)),
       case when tg_op = 'INSERT' then 'reaction.created' else 'reaction.deleted' end,
       app.conversation_topic(conversation), true);
   end if;
@@ -482,7 +487,7 @@ begin
 end;
 $$;
 comment on function app.tg_message_reactions__broadcast() is
-  'Broadcasts reaction.created / reaction.deleted to the conversation topic.';
+  'Broadcasts reaction.created / reaction.deleted to the conversation topic, with the reacting member rendered as the other participant sees them (app.user_json_as), never as their own record.';
 create trigger _100_broadcast after insert or delete on app.message_reactions
   for each row execute function app.tg_message_reactions__broadcast();
 

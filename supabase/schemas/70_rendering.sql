@@ -97,6 +97,20 @@ comment on function app.user_json(app.users) is
   'A user as the API renders it for the current viewer (app.user_json_body), for callers holding one row, e.g. the row an update just returned. Sets of users: app.users_json.';
 grant execute on function app.user_json(app.users) to authenticated, service_role;
 
+create function app.user_json_as(u app.users, viewer_id uuid)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select app.user_json_body(u, (now() at time zone u.time_zone)::date, viewer_id, app.public_url(),
+    exists (select 1 from app.user_follows f where f.follower_id = viewer_id and f.followee_id = u.id),
+    exists (select 1 from app.user_follows f where f.follower_id = u.id and f.followee_id = viewer_id))
+$$;
+comment on function app.user_json_as(app.users, uuid) is
+  'A user as viewer_id sees them (app.user_json_body), whoever runs the statement: for payloads rendered in one member''s transaction and delivered to another (realtime broadcasts), which must not be rendered for the writer. dismissed_time_zone only when viewer_id is the user.';
+grant execute on function app.user_json_as(app.users, uuid) to authenticated, service_role;
+
 create function app.mentioned_user_json_body(u app.users, base_url text)
 returns jsonb
 language sql
@@ -389,7 +403,7 @@ language plpgsql
 stable
 security definer
 set search_path = ''
-set plan_cache_mode = 'force_generic_plan'
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   viewer_id uuid := auth.uid();
@@ -406,7 +420,18 @@ begin
     ), shown_reactions as materialized (
       select (l.r).todo_id, (l.r).user_id, (l.r).created_at, (l.r).id, l.r as reaction
       from page pt cross join lateral (
-        select r from app.reactions r where r.todo_id = pt.id order by r.created_at desc, r.id desc limit 5) l(r)
+        -- The newest 5 reactions the viewer may see: a reactor's like is their activity, shown
+        -- where their comment would be (app.can_see_comment's rule, written out on the row).
+        -- The owner's and the reactor's own cases need no lookup (the bench's own-todos page).
+        select r from app.reactions r
+        where r.todo_id = pt.id
+          and (pt.user_id = viewer_id or r.user_id = viewer_id or exists (
+                 select 1 from app.users ru
+                 where ru.id = r.user_id
+                   and (ru.privacy = 'public'
+                        or (ru.privacy = 'protected' and exists (
+                              select 1 from app.user_follows f where f.follower_id = viewer_id and f.followee_id = ru.id)))))
+        order by r.created_at desc, r.id desc limit 5) l(r)
       where expand_reactions
     ), people as materialized (
       select pe.id, pe.body from app.users_json(array(
@@ -465,8 +490,9 @@ begin
     left join expanded ex on ex.todo_id = t.id);
 end;
 $$;
+
 comment on function app.todos_json(uuid[], boolean) is
-  'The todos with these ids that the current viewer may see, as the API renders them, in the order of ids (a JSON array; null when none): creators, reactors, owning projects, mentions, attachments, the viewer''s reactions and comments and (expand_reactions) the newest 5 reactions, each read once for the whole set. Security definer so related rows are not filtered by a policy per row: visibility is app.can_see_member_content per distinct author (the function the todos policy calls) and app.can_see_project for projects; mentions, reactions and attachments are visible with their todo, and the viewer''s own comments on a visible todo are visible to them (app.can_see_comment). Acts only for auth.uid().';
+  'The todos with these ids that the current viewer may see, as the API renders them, in the order of ids (a JSON array; null when none): creators, reactors, owning projects, mentions, attachments, the viewer''s reactions and comments and (expand_reactions) the newest 5 reactions the viewer may see, each read once for the whole set. A reaction is its reactor''s activity: shown to the todo''s owner, the reactor, and whoever may see the reactor''s content (app.can_see_comment''s rule: public everyone, protected followers, private nobody else); reactions_count still counts every reaction. Security definer so related rows are not filtered by a policy per row: visibility is app.can_see_member_content per distinct author (the function the todos policy calls), the reactor rule on each candidate reaction (a primary-key lookup of its reactor unless the viewer owns the todo or the reaction, no function call) and app.can_see_project for projects; mentions and attachments are visible with their todo, and the viewer''s own comments on a visible todo are visible to them (app.can_see_comment). Acts only for auth.uid().';
 grant execute on function app.todos_json(uuid[], boolean) to authenticated, service_role;
 
 create function app.todo_json(t app.todos, expand_reactions boolean default false)
@@ -653,6 +679,40 @@ $$;
 comment on function app.message_json(app.messages) is
   'A message as the API (and its realtime message.created event) renders it.';
 grant execute on function app.message_json(app.messages) to authenticated, service_role;
+
+create function app.message_json_as(m app.messages, viewer_id uuid)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select jsonb_build_object(
+    'id', app.to_public_id('message', m.id),
+    'conversation_id', app.to_public_id('conversation', m.conversation_id),
+    'body', m.body,
+    'client_message_id', m.client_message_id,
+    'created_at', m.created_at,
+    'updated_at', m.updated_at,
+    'creator', (select app.user_json_as(u, viewer_id) from app.users u where u.id = m.user_id),
+    'attachment', (
+      select jsonb_build_object(
+        'url', app.public_url() || '/files/' || a.key,
+        'mime_type', a.content_type,
+        'filename', a.filename,
+        'byte_size', a.byte_size,
+        'width', a.width,
+        'height', a.height)
+      from app.uploads a where a.message_id = m.id limit 1),
+    'reactions', coalesce((
+      select jsonb_agg(jsonb_build_object(
+        'content', r.content,
+        'created_at', r.created_at,
+        'user', (select app.user_json_as(u, viewer_id) from app.users u where u.id = r.user_id)) order by r.created_at, r.content)
+      from app.message_reactions r where r.message_id = m.id), '[]'::jsonb))
+$$;
+comment on function app.message_json_as(app.messages, uuid) is
+  'A message as viewer_id sees it: the shape of app.message_json (keep the two equal; test/render-privacy.test.ts compares a broadcast with the recipient''s GET), with every user rendered for viewer_id rather than for whoever runs the statement. Used by the message.created broadcast, rendered for the recipient.';
+grant execute on function app.message_json_as(app.messages, uuid) to authenticated, service_role;
 
 create function app.conversation_json(c app.conversations)
 returns jsonb
