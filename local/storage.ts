@@ -227,15 +227,8 @@ export function localStorage(options: LocalStorageOptions): LocalStorage {
 
     async readStart(key, bytes) {
       if (!KEY_PATTERN.test(key)) return null
-      const file = await open(pathOf(key)).catch(() => null)
-      if (!file) return null
-      try {
-        const buffer = new Uint8Array(bytes)
-        const { bytesRead } = await file.read(buffer, 0, bytes, 0)
-        return buffer.subarray(0, bytesRead)
-      } finally {
-        await file.close()
-      }
+      // A missing file (deleted meanwhile) is simply nothing to read.
+      return await readHead(pathOf(key), bytes).catch(() => null)
     },
 
     async fileResponse(key) {

@@ -4,62 +4,17 @@
 // receipts and inbox updates; others are refused; typing reaches the other participant on
 // conversation:<id>:typing; nothing a client sends passes for the server's events; a refreshed
 // token keeps receiving, a revoked one stops; a vanished client does not disturb the others.
-import { createClient, type RealtimeChannel, type SupabaseClient } from '@supabase/supabase-js'
+import { createClient, type SupabaseClient } from '@supabase/supabase-js'
 import WebSocket from 'ws'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { type TestWorld, startWorld } from './support/app.ts'
-
-type Vsn = '1.0.0' | '2.0.0'
+import { type Listener, type Vsn, listen as listenTo } from './support/realtime.ts'
 
 let world: TestWorld
 const clients: SupabaseClient[] = []
 
-interface Listener {
-  channel: RealtimeChannel
-  client: SupabaseClient
-  status: string
-  reason?: string
-  events: { event: string; payload: any }[]
-  waitFor(event: string, match?: (payload: any) => boolean, timeoutMs?: number): Promise<any>
-}
-
 /** Subscribes like a chat app does, resolving once the join is answered (SUBSCRIBED or CHANNEL_ERROR). */
-async function listen(vsn: Vsn, token: string, topic: string): Promise<Listener> {
-  const client = createClient(world.baseUrl, 'anon', { realtime: { transport: WebSocket as never, vsn } })
-  clients.push(client)
-  await client.realtime.setAuth(token)
-  const events: { event: string; payload: any }[] = []
-  const waiters: { event: string; match: (p: any) => boolean; resolve: (p: any) => void }[] = []
-  const channel = client.channel(topic, { config: { private: true, broadcast: { self: false } } })
-  channel.on('broadcast', { event: '*' }, (message: { event: string; payload: any }) => {
-    events.push({ event: message.event, payload: message.payload })
-    for (const w of [...waiters]) {
-      if (w.event === message.event && w.match(message.payload)) {
-        waiters.splice(waiters.indexOf(w), 1)
-        w.resolve(message.payload)
-      }
-    }
-  })
-  const listener: Listener = {
-    channel, client, status: 'PENDING', events,
-    waitFor(event, match = () => true, timeoutMs = 5000) {
-      const seen = events.find((e) => e.event === event && match(e.payload))
-      if (seen) return Promise.resolve(seen.payload)
-      return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`no ${event} on ${topic} within ${timeoutMs} ms`)), timeoutMs)
-        waiters.push({ event, match, resolve: (p) => { clearTimeout(timer); resolve(p) } })
-      })
-    },
-  }
-  await new Promise<void>((resolve) => {
-    channel.subscribe((status, err) => {
-      listener.status = status
-      listener.reason = err?.message
-      if (status === 'SUBSCRIBED' || status === 'CHANNEL_ERROR' || status === 'TIMED_OUT') resolve()
-    })
-  })
-  return listener
-}
+const listen = (vsn: Vsn, token: string, topic: string): Promise<Listener> => listenTo(world.baseUrl, clients, token, topic, vsn)
 
 let alice: { id: string; username: string; token: string }
 let bob: { id: string; username: string; token: string }

@@ -2,10 +2,10 @@
 // reaches someone else. expand=reactions over HTTP (a like is its reactor's activity: hidden
 // where their comment would be, still counted), and realtime payloads with the real
 // @supabase/supabase-js client through the local gateway (never the sender's own-record fields).
-import { createClient, type RealtimeChannel, type SupabaseClient } from '@supabase/supabase-js'
-import WebSocket from 'ws'
+import type { SupabaseClient } from '@supabase/supabase-js'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+import { type Listener, listen as listenTo } from './support/realtime.ts'
 import { asMember } from './support/sql.ts'
 
 let world: TestWorld
@@ -114,48 +114,8 @@ afterEach(async () => {
   await Promise.all(clients.splice(0).map((c) => c.realtime.disconnect()))
 })
 
-interface Listener {
-  channel: RealtimeChannel
-  status: string
-  waitFor(event: string, match?: (payload: any) => boolean, timeoutMs?: number): Promise<any>
-}
-
 /** Subscribes to a private topic like a chat app does, resolving once the join is answered. */
-async function listen(token: string, topic: string): Promise<Listener> {
-  const client = createClient(world.baseUrl, 'anon', { realtime: { transport: WebSocket as never } })
-  clients.push(client)
-  await client.realtime.setAuth(token)
-  const events: { event: string; payload: any }[] = []
-  const waiters: { event: string; match: (p: any) => boolean; resolve: (p: any) => void }[] = []
-  const channel = client.channel(topic, { config: { private: true } })
-  channel.on('broadcast', { event: '*' }, (message: { event: string; payload: any }) => {
-    events.push(message)
-    for (const w of [...waiters]) {
-      if (w.event === message.event && w.match(message.payload)) {
-        waiters.splice(waiters.indexOf(w), 1)
-        w.resolve(message.payload)
-      }
-    }
-  })
-  const listener: Listener = {
-    channel, status: 'PENDING',
-    waitFor(event, match = () => true, timeoutMs = 5000) {
-      const seen = events.find((e) => e.event === event && match(e.payload))
-      if (seen) return Promise.resolve(seen.payload)
-      return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`no ${event} on ${topic} within ${timeoutMs} ms`)), timeoutMs)
-        waiters.push({ event, match, resolve: (p) => { clearTimeout(timer); resolve(p) } })
-      })
-    },
-  }
-  await new Promise<void>((resolve) => {
-    channel.subscribe((status) => {
-      listener.status = status
-      if (status === 'SUBSCRIBED' || status === 'CHANNEL_ERROR' || status === 'TIMED_OUT') resolve()
-    })
-  })
-  return listener
-}
+const listen = (token: string, topic: string): Promise<Listener> => listenTo(world.baseUrl, clients, token, topic)
 
 describe('realtime payloads render members as the other participant sees them', () => {
   let sender: CreatedUser & { token: string }
