@@ -182,7 +182,7 @@ describe('2. approving and declining', () => {
   })
 
   it('an approval racing a withdrawal never leaves a follow nobody asked for', async () => {
-    for (let i = 0; i < 6; i++) {
+    for (let i = 0; i < 12; i++) {
       const racer = await world.createUser(`racer${i}`)
       await world.post('/v1/users/approver/follow', { auth: racer.api_key })
       const [approve, withdraw] = await Promise.all([

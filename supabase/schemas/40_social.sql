@@ -739,8 +739,10 @@ begin
       perform app.hit_rate_limit('user_follow');
     end if;
   else
-    delete from app.user_follows f where f.follower_id = me and f.followee_id = target;
+    -- The request first: an approval in flight holds it until it commits, and the next
+    -- statement then sees (and removes) the follow it made. The other order could miss it.
     delete from app.user_follow_requests r where r.requester_id = me and r.followee_id = target;
+    delete from app.user_follows f where f.follower_id = me and f.followee_id = target;
   end if;
   return null;
 end;
@@ -781,8 +783,9 @@ begin
       perform app.hit_rate_limit('project_follow');
     end if;
   else
-    delete from app.project_follows f where f.user_id = me and f.project_id = target;
+    -- The request first, as in api.user_follow: an approval in flight cannot slip past.
     delete from app.project_follow_requests r where r.user_id = me and r.project_id = target;
+    delete from app.project_follows f where f.user_id = me and f.project_id = target;
   end if;
   return null;
 end;
