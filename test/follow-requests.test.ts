@@ -3,6 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ProjectSchema, UserSchema } from '../functions/lib/schemas.ts'
 import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+import { asMember } from './support/sql.ts'
 
 let world: TestWorld
 
@@ -11,6 +12,7 @@ const bodies = (res: { body: { data: { body: string }[] } }) => res.body.data.ma
 const usernames = (res: { body: { data: { username: string }[] } }) => res.body.data.map((u) => u.username)
 const profile = async (viewer: CreatedUser, who: string) => (await world.get(`/v1/users/${who}`, { auth: viewer.api_key })).body
 const project = async (viewer: CreatedUser, ref: string) => (await world.get(`/v1/projects/${ref}`, { auth: viewer.api_key })).body
+const uuidOf = (user: CreatedUser) => user.id.replace(/^user_/, '')
 
 /** Every member's and project's followers_count equals its approved follow rows. */
 async function countersAreExact() {
@@ -193,8 +195,8 @@ describe('2. approving and declining', () => {
       expect(withdraw.status).toBe(204)
       // Whichever came first, the withdrawal (which also unfollows) leaves nothing behind.
       const [rows] = await world.sql`
-        select (select count(*) from app.user_follows f where f.follower_id = ${racer.id.replace(/^user_/, '')}::uuid)::int as follows,
-               (select count(*) from app.user_follow_requests r where r.requester_id = ${racer.id.replace(/^user_/, '')}::uuid)::int as requests`
+        select (select count(*) from app.user_follows f where f.follower_id = ${uuidOf(racer)})::int as follows,
+               (select count(*) from app.user_follow_requests r where r.requester_id = ${uuidOf(racer)})::int as requests`
       expect(rows).toEqual({ follows: 0, requests: 0 })
     }
     await countersAreExact()
@@ -378,5 +380,85 @@ describe('credentials: every write here needs a read-write key or the write scop
     expect((await world.get('/v1/projects/guard/follow_requests', { auth: readers.member[1] })).status).toBe(200)
     expect(await profile(asker, 'guarded')).toMatchObject({ following: false, follow_requested: true })
     expect(await project(asker, 'guard')).toMatchObject({ following: false, follow_requested: true })
+  })
+})
+
+describe('row-level security: the last line of defence says the same', () => {
+  let member: CreatedUser
+  let open: CreatedUser
+  let asker: CreatedUser
+  let other: CreatedUser
+  let projectId: string
+  beforeAll(async () => {
+    member = await world.createUser('rls_member', '--privacy', 'protected')
+    open = await world.createUser('rls_open')
+    asker = await world.createUser('rls_asker')
+    other = await world.createUser('rls_other')
+    const created = await world.admin('create-project', '--owner', 'rls_member', '--name', 'Moat', '--slug', 'moat', '--privacy', 'protected')
+    projectId = created.id.replace(/^proj_/, '')
+    await world.post('/v1/users/rls_member/follow', { auth: asker.api_key })
+    await world.post('/v1/projects/moat/follow', { auth: asker.api_key })
+  })
+
+  const insertFollow = (as: CreatedUser, follower: CreatedUser, followee: CreatedUser) =>
+    asMember(world.sql, { sub: uuidOf(as) }, (tx) => tx`insert into app.user_follows (follower_id, followee_id) values (${uuidOf(follower)}, ${uuidOf(followee)}) returning 1`)
+  const insertProjectFollow = (as: CreatedUser, user: CreatedUser) =>
+    asMember(world.sql, { sub: uuidOf(as) }, (tx) => tx`insert into app.project_follows (user_id, project_id) values (${uuidOf(user)}, ${projectId}) returning 1`)
+
+  it('a member follows a protected member only by their approval: direct inserts are refused', async () => {
+    await expect(insertFollow(asker, asker, member)).rejects.toMatchObject({ code: '42501' })
+    await expect(insertFollow(other, other, member)).rejects.toMatchObject({ code: '42501' })
+    // The followee lets in only who asked, and nobody lets themself in elsewhere.
+    await expect(insertFollow(member, other, member)).rejects.toMatchObject({ code: '42501' })
+    expect(await insertFollow(member, asker, member)).toHaveLength(1)
+    await expect(insertFollow(open, asker, member)).rejects.toMatchObject({ code: '42501' })
+    expect(await insertFollow(asker, asker, open)).toHaveLength(1)
+    await expect(asMember(world.sql, { sub: uuidOf(member), can_write: false },
+      (tx) => tx`insert into app.user_follows (follower_id, followee_id) values (${uuidOf(asker)}, ${uuidOf(member)})`)).rejects.toMatchObject({ code: '42501' })
+  })
+
+  it('requests: only in one\'s own name, only to protected members; visible to the two of them only', async () => {
+    const ask = (as: CreatedUser, requester: CreatedUser, followee: CreatedUser) =>
+      asMember(world.sql, { sub: uuidOf(as) }, (tx) => tx`insert into app.user_follow_requests (requester_id, followee_id) values (${uuidOf(requester)}, ${uuidOf(followee)}) returning 1`)
+    await expect(ask(other, asker, member)).rejects.toMatchObject({ code: '42501' })
+    await expect(ask(other, other, open)).rejects.toMatchObject({ code: '42501' })
+    expect(await ask(other, other, member)).toHaveLength(1)
+    const seen = (as: CreatedUser) => asMember(world.sql, { sub: uuidOf(as) }, (tx) => tx`select 1 from app.user_follow_requests where followee_id = ${uuidOf(member)}`)
+    expect(await seen(member)).toHaveLength(1)
+    expect(await seen(asker)).toHaveLength(1)
+    expect(await seen(other)).toHaveLength(0)
+    // Only the requester or the member asked can remove it.
+    const removed = await asMember(world.sql, { sub: uuidOf(other) }, (tx) => tx`delete from app.user_follow_requests where followee_id = ${uuidOf(member)} returning 1`)
+    expect(removed).toHaveLength(0)
+  })
+
+  it('project follows: a non-maker cannot let a requester in, nor follow a protected project directly', async () => {
+    await expect(insertProjectFollow(asker, asker)).rejects.toMatchObject({ code: '42501' })
+    await expect(insertProjectFollow(other, asker)).rejects.toMatchObject({ code: '42501' })
+    await expect(insertProjectFollow(member, other)).rejects.toMatchObject({ code: '42501' })
+    expect(await insertProjectFollow(member, asker)).toHaveLength(1)
+    const seen = (as: CreatedUser) => asMember(world.sql, { sub: uuidOf(as) }, (tx) => tx`select 1 from app.project_follow_requests where project_id = ${projectId}`)
+    expect(await seen(member)).toHaveLength(1)
+    expect(await seen(asker)).toHaveLength(1)
+    expect(await seen(other)).toHaveLength(0)
+  })
+})
+
+describe('races with privacy changes', () => {
+  it('a follow racing a turn to public never leaves a request behind, nor a follow to a member still protected', async () => {
+    for (let i = 0; i < 8; i++) {
+      const member = await world.createUser(`flip${i}`, '--privacy', 'protected')
+      const fan = await world.createUser(`flip_fan${i}`)
+      await Promise.all([
+        world.post(`/v1/users/flip${i}/follow`, { auth: fan.api_key }),
+        world.sql`update app.users set privacy = 'public' where id = ${uuidOf(member)}`,
+      ])
+      const [rows] = await world.sql`
+        select (select count(*) from app.user_follows f where f.follower_id = ${uuidOf(fan)})::int as follows,
+               (select count(*) from app.user_follow_requests r where r.requester_id = ${uuidOf(fan)})::int as requests`
+      // Whichever came first, the member is public now and the fan follows them.
+      expect(rows).toEqual({ follows: 1, requests: 0 })
+    }
+    await countersAreExact()
   })
 })
