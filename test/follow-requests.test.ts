@@ -281,6 +281,22 @@ describe('3. protected projects', () => {
     await countersAreExact()
   })
 
+  it('a project\'s requests leave out requesters the answering maker muted; a race with a withdrawal leaves nothing', async () => {
+    const noisy = await world.createUser('p_noisy')
+    await world.post('/v1/projects/vault/follow', { auth: noisy.api_key })
+    await world.post('/v1/users/p_noisy/mute', { auth: maker.api_key })
+    expect(usernames(await world.get('/v1/projects/vault/follow_requests', { auth: maker.api_key }))).toEqual([])
+    expect(usernames(await world.get('/v1/projects/vault/follow_requests', { auth: owner.api_key }))).toEqual(['p_noisy'])
+    const [approve, withdraw] = await Promise.all([
+      world.post('/v1/projects/vault/follow_requests/p_noisy/approve', { auth: owner.api_key }),
+      world.delete('/v1/projects/vault/follow', { auth: noisy.api_key }),
+    ])
+    expect([204, 404]).toContain(approve.status)
+    expect(withdraw.status).toBe(204)
+    expect(await project(noisy, 'vault')).toMatchObject({ following: false, follow_requested: false })
+    await countersAreExact()
+  })
+
   it('DELETE …/follow withdraws a pending project request; makers follow at once', async () => {
     await world.post('/v1/projects/vault/follow', { auth: outsider.api_key })
     expect((await world.delete('/v1/projects/vault/follow', { auth: outsider.api_key })).status).toBe(204)
