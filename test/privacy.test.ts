@@ -23,6 +23,8 @@ beforeAll(async () => {
   for (const level of levels) {
     authors[level] = await world.createUser(`${level}_author`, '--privacy', level)
     await world.post(`/v1/users/${level}_author/follow`, { auth: people.follower.api_key })
+    // A protected member's follower is one they approved (issue 13).
+    if (level === 'protected') await world.post('/v1/follow_requests/follower/approve', { auth: authors[level].api_key })
     todos[level] = (await world.post('/v1/todos', { auth: authors[level].api_key, json: { body: `secretword from ${level}` } })).body.id
     await world.post('/v1/comments', { auth: authors[level].api_key, json: { commentable_type: 'Todo', commentable_id: todos[level], body: `own comment ${level}` } })
   }
@@ -92,6 +94,8 @@ describe('project privacy', () => {
       // Public and protected projects can be followed by anyone who knows them; private ones cannot.
       expect(follow.status).toBe(level === 'private' ? 404 : 204)
     }
+    // Following a protected project is a request a maker approves (issue 13).
+    expect((await world.post('/v1/projects/p-protected/follow_requests/follower/approve', { auth: (await world.admin('create-key', '--user', 'pmaker')).api_key })).status).toBe(204)
     // Even a follower of a private project (made a follower before it went private) does not see it.
     await world.sql`insert into app.project_follows (user_id, project_id)
       select u.id, p.id from app.users u, app.projects p where u.username = 'follower' and p.slug = 'p-private' on conflict do nothing`
@@ -103,22 +107,27 @@ describe('project privacy', () => {
   })
 
   const seesProject = (level: Level, role: 'maker' | 'follower' | 'stranger') => level === 'public' || role === 'maker' || (level === 'protected' && role === 'follower')
+  // Issue 13: a protected project's profile (and so its mentions) is visible to everyone, like a
+  // protected member's; its todos only to makers and approved followers.
+  const seesProfile = (level: Level, role: 'maker' | 'follower' | 'stranger') => level !== 'private' || role === 'maker'
 
   for (const level of levels) {
     for (const role of ['maker', 'follower', 'stranger'] as const) {
       const visible = seesProject(level, role)
+      const profile = seesProfile(level, role)
       it(`${level} project, ${role}: ${visible ? 'visible' : 'hidden'} (project, its todos, mentions)`, async () => {
         const auth = role === 'maker' ? makerKey : people[role].api_key
-        expect((await world.get(`/v1/projects/p-${level}`, { auth })).status).toBe(visible ? 200 : 404)
+        expect((await world.get(`/v1/projects/p-${level}`, { auth })).status).toBe(profile ? 200 : 404)
         const list = await world.get(`/v1/projects/p-${level}/todos`, { auth })
-        expect(list.status).toBe(visible ? 200 : 404)
+        expect(list.status).toBe(profile ? 200 : 404)
+        if (profile) expect(list.body.data.length > 0).toBe(visible)
         // The maker is public, so the todo itself is visible; only the project is hidden in it.
         const todo = await world.get(`/v1/todos/${projectTodos[level]}`, { auth })
         expect(todo.status).toBe(200)
-        expect(todo.body.mentioned_projects.map((p: { slug: string }) => p.slug)).toEqual(visible ? [`p-${level}`] : [])
-        expect(todo.body.projects.map((p: { slug: string }) => p.slug)).toEqual(visible ? [`p-${level}`] : [])
+        expect(todo.body.mentioned_projects.map((p: { slug: string }) => p.slug)).toEqual(profile ? [`p-${level}`] : [])
+        expect(todo.body.projects.map((p: { slug: string }) => p.slug)).toEqual(profile ? [`p-${level}`] : [])
         const listed = (await world.get('/v1/projects?limit=100', { auth })).body.data.map((p: { slug: string }) => p.slug)
-        expect(listed.includes(`p-${level}`)).toBe(visible)
+        expect(listed.includes(`p-${level}`)).toBe(profile)
       })
     }
   }

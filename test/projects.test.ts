@@ -25,7 +25,8 @@ const visibility: Record<string, Record<string, boolean>> = {
   olivia: { public: true, protected: true, private: true },
   mike: { public: true, protected: true, private: true },
   fred: { public: true, protected: true, private: false },
-  sam: { public: true, protected: false, private: false },
+  // Issue 13: a protected project's profile is visible to everyone (its todos are not).
+  sam: { public: true, protected: true, private: false },
 }
 
 describe('GET /v1/projects/{project_id}', () => {

@@ -30,6 +30,8 @@ beforeAll(async () => {
   follower = await world.createUser('follower')
   stranger = await world.createUser('stranger')
   expect((await world.post(`/v1/users/${prot.id}/follow`, { auth: follower.api_key })).status).toBe(204)
+  // A protected member's follower is one they approved (issue 13).
+  expect((await world.post('/v1/follow_requests/follower/approve', { auth: prot.api_key })).status).toBe(204)
   todoId = (await world.post('/v1/todos', { auth: owner.api_key, json: { body: 'Shipped the thing' } })).body.id
   // Oldest first: pub, prot, priv (the preview is newest first).
   for (const who of [pub, prot, priv]) expect((await react(who, todoId)).status).toBe(201)

@@ -51,12 +51,12 @@ describe('conventions, from the catalog', () => {
       'app.mentioned_project_json_body(app.projects,text)',
       'app.mentioned_user_json_body(app.users,text)',
       'app.page_envelope(jsonb,boolean,bigint,text)',
-      'app.project_json_body(app.projects,text,jsonb,jsonb,boolean)',
+      'app.project_json_body(app.projects,text,jsonb,jsonb,boolean,boolean)',
       'app.public_url()',
       'app.reaction_json_body(app.reactions,jsonb)',
       'app.to_public_id(text,uuid)',
       'app.todo_total_shard(uuid)',
-      'app.user_json_body(app.users,date,uuid,text,boolean,boolean)',
+      'app.user_json_body(app.users,date,uuid,text,boolean,boolean,boolean)',
     ])
     for (const f of inlined) {
       expect({ fn: f.fn, language: f.lanname, definer: f.prosecdef, config: f.proconfig, readsTables: /\bfrom\b/i.test(f.prosrc) })
@@ -82,7 +82,7 @@ describe('conventions, from the catalog', () => {
     // viewer once can take: the projects policy shows the rule, not the function.
     const policyPlan = await asMember(world.sql, { sub: alice }, (tx) => tx`explain verbose select id from app.projects`)
     const policyText = policyPlan.map((r) => r['QUERY PLAN']).join('\n')
-    expect(policyText).toContain('is_project_insider(')
+    expect(policyText).toContain('is_project_maker(')
     expect(policyText).not.toContain('can_see_project(')
   })
 

@@ -34,8 +34,9 @@ export const UserSchema = z
     header: ImageSetSchema.nullable(),
     header_color: z.string(),
     followers_count: z.number().int(),
-    following: z.boolean(),
+    following: z.boolean().openapi({ description: 'You follow them (for a protected member: they approved you). False when unauthenticated.' }),
     follows_you: z.boolean(),
+    follow_requested: z.boolean().openapi({ description: 'Your request to follow them is pending (they are protected and have not answered it). False for yourself and for public members.' }),
     pro: z.boolean(),
   })
   .openapi('User')
@@ -60,8 +61,9 @@ export const ProjectSchema = z
     header_color: z.string(),
     owner: UserSchema,
     makers: z.array(UserSchema),
-    followers_count: z.number().int(),
+    followers_count: z.number().int().openapi({ description: 'Approved followers.' }),
     following: z.boolean(),
+    follow_requested: z.boolean().openapi({ description: 'Your request to follow this protected project is pending (a maker has not answered it).' }),
   })
   .openapi('Project')
 

@@ -10,7 +10,7 @@ export const listProjects = createRoute({
   path: '/v1/projects',
   tags: ['Projects'],
   summary: 'Projects you can see',
-  description: 'Every project visible to you (public ones, protected ones you make or follow, private ones you make), newest first. Takes only the pagination parameters.',
+  description: 'Every project visible to you (public and protected ones, private ones you make; the todos of a protected one are for its makers and approved followers), newest first. Takes only the pagination parameters.',
   request: { query: PaginationQuery },
   responses: { 200: jsonContent(paginated(ProjectSchema, 'PaginatedProjects'), 'A page of projects'), ...errors(401, 403, 404, 422) },
 })

@@ -37,7 +37,7 @@ grant usage on schema api to authenticated, service_role;
 
 create type app.privacy as enum ('public', 'protected', 'private');
 comment on type app.privacy is
-  'Who may see a user''s todos or a project: public everyone; protected the owner (makers) and followers; private the owner (makers) only.';
+  'Who may see a user''s todos or a project''s: public everyone; protected the owner (makers) and the followers they approved; private the owner (makers) only.';
 
 -- ============================================================================
 -- Tables

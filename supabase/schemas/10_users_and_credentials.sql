@@ -67,9 +67,21 @@ create table app.user_follows (
   constraint user_follows_not_self check (follower_id <> followee_id)
 );
 comment on table app.user_follows is
-  'Who follows whom. A follower of a protected user may see their todos.';
+  'Who follows whom: approved followers only. Following a public member makes a row at once; following a protected member asks (app.user_follow_requests) and the row is made when the member approves. A follower of a protected user may see their todos.';
 -- The primary key serves "whom do I follow"; this serves "who follows me".
 create index user_follows_followee_idx on app.user_follows (followee_id, follower_id);
+
+create table app.user_follow_requests (
+  requester_id uuid references app.users(id) on delete cascade,
+  followee_id  uuid references app.users(id) on delete cascade,
+  created_at   timestamptz not null default now(),
+  constraint user_follow_requests_pkey primary key (requester_id, followee_id),
+  constraint user_follow_requests_not_self check (requester_id <> followee_id)
+);
+comment on table app.user_follow_requests is
+  'Pending requests to follow a protected member. A separate table, not a flag on user_follows: every rule that reads user_follows (the todos policy, followers_count, the todo totals, the timeline) keeps meaning approved followers without a change. Approving moves the row to user_follows; declining, withdrawing, muting the requester and the member turning private delete it; turning public approves them all.';
+-- The primary key serves "whom did I ask"; this serves "who asks me", oldest first.
+create index user_follow_requests_followee_idx on app.user_follow_requests (followee_id, created_at, requester_id);
 
 create table app.api_keys (
   id         uuid primary key default gen_random_uuid(),
@@ -131,6 +143,21 @@ $$;
 comment on function app.resolve_user(text) is
   'The uuid named by a {username} path parameter: `me`, a user_ id, or a username (case-insensitive); null when nobody matches.';
 grant execute on function app.resolve_user(text) to authenticated, service_role;
+
+create function app.lock_member_privacy(member_id uuid)
+returns app.privacy
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  return (select u.privacy from app.users u where u.id = member_id for no key update);
+end;
+$$;
+comment on function app.lock_member_privacy(uuid) is
+  'A member''s privacy, their row locked until the transaction ends: a follow decides between following at once, asking and refusing by this value, and a privacy change (which approves or drops pending requests, app.tg_users__answer_follow_requests) waits for it, or it for the change. The lock is the one the followers_count trigger takes anyway, so concurrent follows of one member queue as they did. Security definer: members cannot lock rows they may not update.';
+grant execute on function app.lock_member_privacy(uuid) to authenticated;
 
 -- The database role of our OAuth access tokens. Signed with the project's JWT secret, a token
 -- with role `authenticated` would also be a Supabase session (PostgREST, Storage, Auth) past
@@ -270,13 +297,35 @@ grant update (time_zone, dismissed_time_zone) on app.users to authenticated;
 alter table app.user_follows enable row level security;
 create policy "Follow relations are visible to every signed-in member" on app.user_follows
   for select to authenticated using (true);
-create policy "Members follow others in their own name" on app.user_follows
+-- A protected member's follower is one they approved: a member follows at once only a public
+-- member; any other follow row is made by the followee, out of a pending request.
+create policy "Members follow public members, and let in whom they approve" on app.user_follows
   for insert to authenticated
-  with check (follower_id = (select auth.uid()) and (select app.can_write()));
+  with check ((select app.can_write())
+              and ((follower_id = (select auth.uid())
+                    and exists (select 1 from app.users u where u.id = followee_id and u.privacy = 'public'))
+                   or (followee_id = (select auth.uid())
+                       and exists (select 1 from app.user_follow_requests r
+                                   where r.requester_id = user_follows.follower_id and r.followee_id = (select auth.uid())))));
 create policy "Members unfollow in their own name" on app.user_follows
   for delete to authenticated
   using (follower_id = (select auth.uid()) and (select app.can_write()));
 grant insert, select, delete on app.user_follows to authenticated;
+
+-- app.user_follow_requests
+alter table app.user_follow_requests enable row level security;
+create policy "Follow requests are visible to requester and the member asked" on app.user_follow_requests
+  for select to authenticated
+  using (requester_id = (select auth.uid()) or followee_id = (select auth.uid()));
+create policy "Members ask to follow protected members in their own name" on app.user_follow_requests
+  for insert to authenticated
+  with check (requester_id = (select auth.uid()) and (select app.can_write())
+              and exists (select 1 from app.users u where u.id = followee_id and u.privacy = 'protected'));
+create policy "Requesters withdraw and the member asked answers" on app.user_follow_requests
+  for delete to authenticated
+  using ((requester_id = (select auth.uid()) or followee_id = (select auth.uid())) and (select app.can_write()));
+grant select, delete on app.user_follow_requests to authenticated;
+grant insert (requester_id, followee_id) on app.user_follow_requests to authenticated;
 
 -- app.api_keys
 alter table app.api_keys enable row level security;

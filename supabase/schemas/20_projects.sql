@@ -1,7 +1,8 @@
 -- Projects: makers, followers and who may see a project.
 --
 -- A project has makers (its owner is one) and followers; its privacy decides who sees it
--- (app.can_see_project). Rendering is in 70_rendering.sql.
+-- (app.can_see_project) and its todos (app.is_project_insider). Following a protected project
+-- is a request a maker answers. Rendering is in 70_rendering.sql.
 
 -- Function bodies are not checked here: they call functions of later files (the renderers
 -- of 70_rendering.sql) and sections. They are the bodies the migrations created and checked,
@@ -60,8 +61,19 @@ create table app.project_follows (
   constraint project_follows_pkey primary key (user_id, project_id)
 );
 comment on table app.project_follows is
-  'Members following a project. A follower may see a protected project.';
+  'Members following a project: approved followers only. A public project (or one the member makes) is followed at once; a protected one is asked for (app.project_follow_requests) and a maker approves. A follower may see a protected project''s todos.';
 create index project_follows_project_id_idx on app.project_follows (project_id, user_id);
+
+create table app.project_follow_requests (
+  user_id    uuid references app.users(id) on delete cascade,
+  project_id uuid references app.projects(id) on delete cascade,
+  created_at timestamptz not null default now(),
+  constraint project_follow_requests_pkey primary key (user_id, project_id)
+);
+comment on table app.project_follow_requests is
+  'Pending requests to follow a protected project, answered by any of its makers. A separate table for the reason app.user_follow_requests is: project_follows keeps meaning approved followers everywhere it is read.';
+-- The primary key serves "which projects did I ask"; this serves a project's requests, oldest first.
+create index project_follow_requests_project_id_idx on app.project_follow_requests (project_id, created_at, user_id);
 
 -- ============================================================================
 -- Helpers
@@ -117,7 +129,7 @@ begin
 end;
 $$;
 comment on function app.is_project_insider(uuid, app.privacy, uuid) is
-  'Whether viewer_id may see a project that is not public: an accepted maker, or a follower of a protected one. Security definer so the projects policy can ask without recursing into the makers'' and followers'' policies.';
+  'Whether viewer_id may see the todos of a project that is not public: an accepted maker, or an (approved) follower of a protected one. Security definer so callers can ask without recursing into the makers'' and followers'' policies.';
 grant execute on function app.is_project_insider(uuid, app.privacy, uuid) to authenticated, service_role;
 
 create function app.can_see_project(project_id uuid, privacy app.privacy, viewer_id uuid)
@@ -125,10 +137,10 @@ returns boolean
 language sql
 stable
 as $$
-  select privacy = 'public' or app.is_project_insider(project_id, privacy, viewer_id)
+  select privacy <> 'private' or app.is_project_maker(project_id, viewer_id)
 $$;
 comment on function app.can_see_project(uuid, app.privacy, uuid) is
-  'Inlined (no SET clause, no table access). The project privacy rule in one place: public everyone; protected makers and followers; private makers only. Names viewer_id once, so the policy''s (select auth.uid()) can be substituted; membership is asked only for projects that are not public.';
+  'Inlined (no SET clause, no table access). Who may see a project itself (its profile, its mentions): public and protected ones everyone, as a protected member''s profile is (its todos are another matter: app.is_project_insider); private ones makers only. Names viewer_id once, so the policy''s (select auth.uid()) can be substituted; membership is asked only for private projects.';
 grant execute on function app.can_see_project(uuid, app.privacy, uuid) to authenticated, service_role;
 
 create function app.resolve_project(ref text)
@@ -158,27 +170,26 @@ as $$
   select exists (
     select 1 from app.projects p
     where p.id = can_follow_project.project_id
-      and (p.privacy in ('public', 'protected') or app.is_project_maker(p.id, viewer_id)))
+      and (p.privacy = 'public' or app.is_project_maker(p.id, viewer_id)))
 $$;
 comment on function app.can_follow_project(uuid, uuid) is
-  'Whether a member may follow a project: public and protected ones (following is how one comes to see a protected project, as with protected members), private ones only their makers. Security definer: a protected project is not visible before it is followed.';
+  'Whether a member may follow a project at once: public ones, and any project they make. A protected project is asked for (app.project_follow_requests) and a maker approves; a private one only its makers follow. Security definer: a private project is not visible to others.';
 grant execute on function app.can_follow_project(uuid, uuid) to authenticated, service_role;
 
-create function app.followable_project(ref text, viewer_id uuid)
-returns uuid
-language sql
-stable
+create function app.lock_project_privacy(project_id uuid)
+returns app.privacy
+language plpgsql
+volatile
 security definer
 set search_path = ''
 as $$
-  select p.id from app.projects p
-  where (p.id = app.from_public_id('proj', ref) or (ref !~ '^proj_' and lower(p.slug) = lower(ref)))
-    and app.can_follow_project(p.id, viewer_id)
-  limit 1
+begin
+  return (select p.privacy from app.projects p where p.id = lock_project_privacy.project_id for no key update);
+end;
 $$;
-comment on function app.followable_project(text, uuid) is
-  'The project named by a proj_ id or slug, if the member may follow it (app.can_follow_project); null otherwise.';
-grant execute on function app.followable_project(text, uuid) to authenticated, service_role;
+comment on function app.lock_project_privacy(uuid) is
+  'A project''s privacy, its row locked until the transaction ends: a follow decides between following at once and asking by this value, and a privacy change (which approves or drops pending requests, app.tg_projects__answer_follow_requests) waits for it, or it for the change. The lock is the one the followers_count trigger takes anyway. Security definer: members cannot lock rows they may not update.';
+grant execute on function app.lock_project_privacy(uuid) to authenticated;
 
 -- ============================================================================
 -- Row-level security and grants
@@ -199,10 +210,15 @@ grant select on app.project_makers to authenticated;
 
 -- app.project_follows
 alter table app.project_follows enable row level security;
-create policy "Members follow public and protected projects in their own name" on app.project_follows
+-- A protected project's follower is one a maker approved: a member follows at once only a
+-- public project or one they make; any other follow row is made by a maker, out of a request.
+create policy "Members follow public projects; makers let in whom they approve" on app.project_follows
   for insert to authenticated
-  with check (user_id = (select auth.uid()) and (select app.can_write())
-              and app.can_follow_project(project_id, (select auth.uid())));
+  with check ((select app.can_write())
+              and ((user_id = (select auth.uid()) and app.can_follow_project(project_id, (select auth.uid())))
+                   or (app.is_project_maker(project_id, (select auth.uid()))
+                       and exists (select 1 from app.project_follow_requests r
+                                   where r.user_id = project_follows.user_id and r.project_id = project_follows.project_id))));
 create policy "Members unfollow projects in their own name" on app.project_follows
   for delete to authenticated
   using (user_id = (select auth.uid()) and (select app.can_write()));
@@ -210,6 +226,22 @@ create policy "Project follows are visible with their project" on app.project_fo
   for select to authenticated
   using (exists (select 1 from app.projects p where p.id = project_id));
 grant insert, select, delete on app.project_follows to authenticated;
+
+-- app.project_follow_requests
+alter table app.project_follow_requests enable row level security;
+create policy "Project follow requests are visible to requester and makers" on app.project_follow_requests
+  for select to authenticated
+  using (user_id = (select auth.uid()) or app.is_project_maker(project_id, (select auth.uid())));
+create policy "Members ask to follow protected projects in their own name" on app.project_follow_requests
+  for insert to authenticated
+  with check (user_id = (select auth.uid()) and (select app.can_write())
+              and exists (select 1 from app.projects p where p.id = project_id and p.privacy = 'protected')
+              and not app.is_project_maker(project_id, (select auth.uid())));
+create policy "Requesters withdraw and the project's makers answer" on app.project_follow_requests
+  for delete to authenticated
+  using ((user_id = (select auth.uid()) or app.is_project_maker(project_id, (select auth.uid()))) and (select app.can_write()));
+grant select, delete on app.project_follow_requests to authenticated;
+grant insert (user_id, project_id) on app.project_follow_requests to authenticated;
 
 -- ============================================================================
 -- Triggers

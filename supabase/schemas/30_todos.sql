@@ -656,16 +656,21 @@ stable
 set search_path = ''
 as $$
 declare
-  found_project_id uuid := app.resolve_project(project_ref);
+  found app.projects;
 begin
-  if found_project_id is null then
+  select p.* into found from app.projects p where p.id = app.resolve_project(project_ref);
+  if found.id is null then
     perform app.http_error(404, format('No project matches %L.', project_ref));
   end if;
-  return app.todo_page('project', found_project_id, filters, page_limit, starting_after, expand_reactions);
+  if found.privacy <> 'public' and not app.is_project_insider(found.id, found.privacy, (select auth.uid())) then
+    -- Everyone sees a protected project, not its todos: an empty list, as a protected member's.
+    return app.page_envelope(null, false, 0, null);
+  end if;
+  return app.todo_page('project', found.id, filters, page_limit, starting_after, expand_reactions);
 end;
 $$;
 comment on function api.project_todos(text, jsonb, integer, text, boolean) is
-  'GET /v1/projects/{project_id}/todos: todos that belong to the project (its makers'' todos naming it, the `projects` field).';
+  'GET /v1/projects/{project_id}/todos: todos that belong to the project (its makers'' todos naming it, the `projects` field). 404 for a project the viewer may not see (private, not a maker); empty for a protected project to all but its makers and approved followers (app.is_project_insider).';
 grant execute on function api.project_todos(text, jsonb, integer, text, boolean) to authenticated;
 
 create function api.search_todos(query text, page_limit integer, starting_after text, expand_reactions boolean)

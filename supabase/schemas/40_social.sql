@@ -146,6 +146,69 @@ comment on function app.own_comment(text) is
   'The viewer''s own comment named by ref: 404 when it does not exist for them, 403 when it is someone else''s.';
 grant execute on function app.own_comment(text) to authenticated;
 
+create function app.follow_request_page(project_id uuid, page_limit integer, starting_after text)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  viewer_id uuid := (select auth.uid());
+  anchor_id uuid := app.from_public_id('user', starting_after);
+  anchor_at timestamptz;
+  page uuid[];
+  total bigint;
+  has_more boolean;
+begin
+  -- Requests to follow the viewer (project_id null) or a project they make, oldest first;
+  -- requesters the viewer muted are left out, as muted members are out of every list of theirs.
+  if follow_request_page.project_id is null then
+    if starting_after is not null then
+      select r.created_at into anchor_at from app.user_follow_requests r
+      where r.followee_id = viewer_id and r.requester_id = anchor_id;
+    end if;
+    page := array(
+      select r.requester_id from app.user_follow_requests r
+      where r.followee_id = viewer_id
+        and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = r.requester_id)
+        and (anchor_at is null or (r.created_at, r.requester_id) > (anchor_at, anchor_id))
+      order by r.created_at, r.requester_id
+      limit page_limit + 1);
+    total := (select count(*) from app.user_follow_requests r
+              where r.followee_id = viewer_id
+                and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = r.requester_id));
+  else
+    if starting_after is not null then
+      select r.created_at into anchor_at from app.project_follow_requests r
+      where r.project_id = follow_request_page.project_id and r.user_id = anchor_id;
+    end if;
+    page := array(
+      select r.user_id from app.project_follow_requests r
+      where r.project_id = follow_request_page.project_id
+        and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = r.user_id)
+        and (anchor_at is null or (r.created_at, r.user_id) > (anchor_at, anchor_id))
+      order by r.created_at, r.user_id
+      limit page_limit + 1);
+    total := (select count(*) from app.project_follow_requests r
+              where r.project_id = follow_request_page.project_id
+                and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = r.user_id));
+  end if;
+  if starting_after is not null and anchor_at is null then
+    perform app.http_error(404, format('starting_after: no follow request matches %L.', starting_after));
+  end if;
+  has_more := cardinality(page) > page_limit;
+  page := page[1:page_limit];
+  return app.page_envelope(
+    (select jsonb_agg(u.body order by o.n) from unnest(page) with ordinality o(id, n) join app.users_json(page) u on u.id = o.id),
+    has_more,
+    total,
+    app.to_public_id('user', page[cardinality(page)]));
+end;
+$$;
+comment on function app.follow_request_page(uuid, integer, text) is
+  'One page of pending follow requests as PaginatedUsers, oldest first (whoever asked first is answered first): to follow the viewer when project_id is null, else to follow that project (the caller checks the viewer makes it). Requesters the viewer muted are left out. Keyset on (created_at, requester); the cursor is the last requester''s user_ id, 404 when it names no pending request.';
+grant execute on function app.follow_request_page(uuid, integer, text) to authenticated;
+
 -- ============================================================================
 -- Row-level security and grants
 -- ============================================================================
@@ -341,6 +404,60 @@ comment on function app.tg_project_follows__count() is
   'Keeps projects.followers_count exact.';
 create trigger _100_count after insert or delete on app.project_follows
   for each row execute function app.tg_project_follows__count();
+
+create function app.tg_users__answer_follow_requests()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  if new.privacy = 'public' then
+    -- A public member is followed without approval: whoever asked follows now.
+    with approved as (
+      delete from app.user_follow_requests r where r.followee_id = new.id returning r.requester_id)
+    insert into app.user_follows (follower_id, followee_id)
+    select a.requester_id, new.id from approved a
+    on conflict do nothing;
+  elsif new.privacy = 'private' then
+    -- Nobody follows a private member anew: what was asked is declined.
+    delete from app.user_follow_requests r where r.followee_id = new.id;
+  end if;
+  return null;
+end;
+$$;
+comment on function app.tg_users__answer_follow_requests() is
+  'After a member changes privacy: turning public approves every pending request (followers_count follows through the follows trigger), turning private declines them; turning protected keeps the followers they have. Security definer: the requests are not the member''s to move as someone else''s follows.';
+create trigger _300_answer_follow_requests after update of privacy on app.users
+  for each row when (old.privacy is distinct from new.privacy)
+  execute function app.tg_users__answer_follow_requests();
+
+create function app.tg_projects__answer_follow_requests()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  if new.privacy = 'public' then
+    with approved as (
+      delete from app.project_follow_requests r where r.project_id = new.id returning r.user_id)
+    insert into app.project_follows (user_id, project_id)
+    select a.user_id, new.id from approved a
+    on conflict do nothing;
+  elsif new.privacy = 'private' then
+    delete from app.project_follow_requests r where r.project_id = new.id;
+  end if;
+  return null;
+end;
+$$;
+comment on function app.tg_projects__answer_follow_requests() is
+  'After a project changes privacy: turning public approves every pending request, turning private declines them, as for members (app.tg_users__answer_follow_requests).';
+create trigger _300_answer_follow_requests after update of privacy on app.projects
+  for each row when (old.privacy is distinct from new.privacy)
+  execute function app.tg_projects__answer_follow_requests();
 
 create trigger _110_set_updated_at before update on app.comments
   for each row execute function app.tg__set_updated_at();
@@ -597,6 +714,7 @@ as $$
 declare
   target uuid := app.resolve_user(user_ref);
   me uuid := (select auth.uid());
+  target_privacy app.privacy;
   started boolean;
 begin
   if target is null then
@@ -605,19 +723,32 @@ begin
     perform app.http_error(422, 'You cannot follow yourself.');
   end if;
   if follow then
-    insert into app.user_follows (follower_id, followee_id) values (me, target) on conflict do nothing
-    returning true into started;
+    target_privacy := app.lock_member_privacy(target);
+    if exists (select 1 from app.user_follows f where f.follower_id = me and f.followee_id = target) then
+      return null;
+    elsif target_privacy = 'public' then
+      insert into app.user_follows (follower_id, followee_id) values (me, target) on conflict do nothing
+      returning true into started;
+    elsif target_privacy = 'protected' then
+      insert into app.user_follow_requests (requester_id, followee_id) values (me, target) on conflict do nothing
+      returning true into started;
+    else
+      perform app.http_error(403, format('%s is private: nobody can follow them.', user_ref));
+    end if;
     if started then
       perform app.hit_rate_limit('user_follow');
     end if;
   else
+    -- The request first: an approval in flight holds it until it commits, and the next
+    -- statement then sees (and removes) the follow it made. The other order could miss it.
+    delete from app.user_follow_requests r where r.requester_id = me and r.followee_id = target;
     delete from app.user_follows f where f.follower_id = me and f.followee_id = target;
   end if;
   return null;
 end;
 $$;
 comment on function api.user_follow(text, boolean) is
-  'POST and DELETE /v1/users/{user_id}/follow: idempotent; a follower sees a protected member''s todos. Starting to follow counts toward user_follow (429); following again (a no-op) and unfollowing do not.';
+  'POST and DELETE /v1/users/{user_id}/follow, idempotent. POST follows a public member at once; of a protected member it makes a pending request (follow_requested) that the member approves or declines, and shows nothing until approved; a private member cannot be followed (403). Following someone already followed is a no-op whatever their privacy now. DELETE unfollows and withdraws a pending request. The member''s row is locked first (app.lock_member_privacy), so a privacy change cannot slip between the decision and the row. A new follow or request counts toward user_follow (429); no-ops and DELETE do not.';
 grant execute on function api.user_follow(text, boolean) to authenticated;
 
 create function api.project_follow(project_ref text, follow boolean)
@@ -628,26 +759,39 @@ set search_path = ''
 as $$
 declare
   me uuid := (select auth.uid());
-  target uuid := app.followable_project(project_ref, me);
+  target uuid := app.resolve_project(project_ref);
+  target_privacy app.privacy;
   started boolean;
 begin
   if target is null then
     perform app.http_error(404, format('No project matches %L.', project_ref));
   end if;
   if follow then
-    insert into app.project_follows (user_id, project_id) values (me, target) on conflict do nothing
-    returning true into started;
+    target_privacy := app.lock_project_privacy(target);
+    if exists (select 1 from app.project_follows f where f.user_id = me and f.project_id = target) then
+      return null;
+    elsif target_privacy = 'public' or app.is_project_maker(target, me) then
+      insert into app.project_follows (user_id, project_id) values (me, target) on conflict do nothing
+      returning true into started;
+    elsif target_privacy = 'protected' then
+      insert into app.project_follow_requests (user_id, project_id) values (me, target) on conflict do nothing
+      returning true into started;
+    else
+      perform app.http_error(404, format('No project matches %L.', project_ref));
+    end if;
     if started then
       perform app.hit_rate_limit('project_follow');
     end if;
   else
+    -- The request first, as in api.user_follow: an approval in flight cannot slip past.
+    delete from app.project_follow_requests r where r.user_id = me and r.project_id = target;
     delete from app.project_follows f where f.user_id = me and f.project_id = target;
   end if;
   return null;
 end;
 $$;
 comment on function api.project_follow(text, boolean) is
-  'POST and DELETE /v1/projects/{project_id}/follow: idempotent. Public and protected projects can be followed (that is how one comes to see a protected one); private ones only by makers, 404 otherwise. Starting to follow counts toward project_follow (429); a no-op and unfollowing do not.';
+  'POST and DELETE /v1/projects/{project_id}/follow, idempotent. POST follows a public project (or one the member makes) at once; a protected one gets a pending request (follow_requested) that any maker approves or declines, and its todos stay hidden until then; a private one is 404 to all but its makers. DELETE unfollows and withdraws a pending request. The project''s row is locked first (app.lock_project_privacy) against a concurrent privacy change. A new follow or request counts toward project_follow (429); no-ops and DELETE do not.';
 grant execute on function api.project_follow(text, boolean) to authenticated;
 
 create function api.user_mute(user_ref text, mute boolean)
@@ -672,6 +816,8 @@ begin
     if muted then
       perform app.hit_rate_limit('mute_create');
     end if;
+    -- Muting a requester declines their request (they are not told, as with any decline).
+    delete from app.user_follow_requests r where r.requester_id = target and r.followee_id = me;
   else
     delete from app.mutes m where m.user_id = me and m.muted_user_id = target;
   end if;
@@ -679,8 +825,137 @@ begin
 end;
 $$;
 comment on function api.user_mute(text, boolean) is
-  'POST and DELETE /v1/users/{user_id}/mute: idempotent; muted members leave the viewer''s feeds and comment lists. Muting counts toward mute_create (429); muting again (a no-op) and unmuting do not.';
+  'POST and DELETE /v1/users/{user_id}/mute: idempotent; muted members leave the viewer''s feeds, comment lists and follow requests, and muting declines their pending request to follow the viewer. Muting counts toward mute_create (429); muting again (a no-op) and unmuting do not.';
 grant execute on function api.user_mute(text, boolean) to authenticated;
+
+create function api.follow_requests(page_limit integer, starting_after text)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  return app.follow_request_page(null::uuid, page_limit, starting_after);
+end;
+$$;
+comment on function api.follow_requests(integer, text) is
+  'GET /v1/follow_requests: the members who asked to follow the viewer, oldest first (PaginatedUsers), muted ones left out.';
+grant execute on function api.follow_requests(integer, text) to authenticated;
+
+create function api.follow_request_answer(user_ref text, approve boolean)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  me uuid := (select auth.uid());
+  requester uuid := app.resolve_user(user_ref);
+  answered boolean;
+begin
+  if requester is null then
+    perform app.http_error(404, format('No user matches %L.', user_ref));
+  end if;
+  if approve then
+    -- One statement: the follow is made from the request it deletes, so an approval racing a
+    -- withdrawal either makes the follow or finds no request (404), never a follow nobody asked
+    -- for. RLS on user_follows admits the row: the statement's snapshot still holds the request.
+    with answered_request as (
+      delete from app.user_follow_requests r
+      where r.requester_id = requester and r.followee_id = me
+      returning r.requester_id, r.followee_id
+    ), approved as (
+      insert into app.user_follows (follower_id, followee_id)
+      select a.requester_id, a.followee_id from answered_request a
+      on conflict do nothing
+    )
+    select exists (select 1 from answered_request) into answered;
+    if not answered then
+      perform app.http_error(404, format('%s has not asked to follow you.', user_ref));
+    end if;
+  else
+    delete from app.user_follow_requests r where r.requester_id = requester and r.followee_id = me;
+  end if;
+  return null;
+end;
+$$;
+comment on function api.follow_request_answer(text, boolean) is
+  'POST /v1/follow_requests/{user_id}/approve (approve: the requester follows the viewer from now on, 404 when they have not asked) and DELETE /v1/follow_requests/{user_id} (decline: idempotent, the requester is not told). Only requests to the viewer can be answered, so a requester cannot approve their own. Neither counts toward a rate limit: they move or remove the row the request made, and the request was counted.';
+grant execute on function api.follow_request_answer(text, boolean) to authenticated;
+
+create function app.made_project(project_ref text)
+returns uuid
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  target uuid := app.resolve_project(project_ref);
+begin
+  if target is null then
+    perform app.http_error(404, format('No project matches %L.', project_ref));
+  elsif not app.is_project_maker(target, (select auth.uid())) then
+    perform app.http_error(403, 'Only the project''s makers can answer its follow requests.');
+  end if;
+  return target;
+end;
+$$;
+comment on function app.made_project(text) is
+  'The project named by ref, if the viewer makes it: 404 when they may not see it, 403 when they see it but do not make it (the follow requests of a project are its makers'' to answer).';
+grant execute on function app.made_project(text) to authenticated;
+
+create function api.project_follow_requests(project_ref text, page_limit integer, starting_after text)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  return app.follow_request_page(app.made_project(project_ref), page_limit, starting_after);
+end;
+$$;
+comment on function api.project_follow_requests(text, integer, text) is
+  'GET /v1/projects/{project_id}/follow_requests: the members who asked to follow the project, oldest first (PaginatedUsers); makers only (403), 404 when the project is not visible.';
+grant execute on function api.project_follow_requests(text, integer, text) to authenticated;
+
+create function api.project_follow_request_answer(project_ref text, user_ref text, approve boolean)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  target uuid := app.made_project(project_ref);
+  requester uuid := app.resolve_user(user_ref);
+  answered boolean;
+begin
+  if requester is null then
+    perform app.http_error(404, format('No user matches %L.', user_ref));
+  end if;
+  if approve then
+    -- As api.follow_request_answer: the follow is made from the request it deletes.
+    with answered_request as (
+      delete from app.project_follow_requests r
+      where r.user_id = requester and r.project_id = target
+      returning r.user_id, r.project_id
+    ), approved as (
+      insert into app.project_follows (user_id, project_id)
+      select a.user_id, a.project_id from answered_request a
+      on conflict do nothing
+    )
+    select exists (select 1 from answered_request) into answered;
+    if not answered then
+      perform app.http_error(404, format('%s has not asked to follow this project.', user_ref));
+    end if;
+  else
+    delete from app.project_follow_requests r where r.user_id = requester and r.project_id = target;
+  end if;
+  return null;
+end;
+$$;
+comment on function api.project_follow_request_answer(text, text, boolean) is
+  'POST /v1/projects/{project_id}/follow_requests/{user_id}/approve and DELETE /v1/projects/{project_id}/follow_requests/{user_id}: any maker approves (404 when there is no such request) or declines (idempotent); 403 for others. No rate limit, as for members'' requests.';
+grant execute on function api.project_follow_request_answer(text, text, boolean) to authenticated;
 
 create function api.timeline(filters jsonb, page_limit integer, starting_after text, expand_reactions boolean)
 returns jsonb

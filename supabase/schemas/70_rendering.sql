@@ -45,7 +45,7 @@ comment on function app.image_set(text, text) is
   'The small/medium/large URLs of an avatar, logo or header at this deployment''s public URL: app.image_urls, for callers that render one row.';
 grant execute on function app.image_set(text, text) to authenticated, service_role;
 
-create function app.user_json_body(u app.users, local_today date, viewer_id uuid, base_url text, following boolean, follows_you boolean)
+create function app.user_json_body(u app.users, local_today date, viewer_id uuid, base_url text, following boolean, follows_you boolean, follow_requested boolean)
 returns jsonb
 language sql
 stable
@@ -75,12 +75,13 @@ as $$
     'followers_count', u.followers_count,
     'following', following,
     'follows_you', follows_you,
+    'follow_requested', follow_requested,
     'pro', u.subscription_active
   ) || case when u.id = viewer_id then jsonb_build_object('dismissed_time_zone', u.dismissed_time_zone) else '{}'::jsonb end
 $$;
-comment on function app.user_json_body(app.users, date, uuid, text, boolean, boolean) is
-  'Inlined (no SET clause, no table access). The User shape, given what depends on the viewer and the clock: local_today (today in the member''s zone), the viewer, the public URL and the two follow flags. streak: the run ending today or yesterday in the member''s zone (0 otherwise); streaking: today is covered. dismissed_time_zone only for the viewer themself.';
-grant execute on function app.user_json_body(app.users, date, uuid, text, boolean, boolean) to authenticated, service_role;
+comment on function app.user_json_body(app.users, date, uuid, text, boolean, boolean, boolean) is
+  'Inlined (no SET clause, no table access). The User shape, given what depends on the viewer and the clock: local_today (today in the member''s zone), the viewer, the public URL and the three follow flags (following and follows_you: approved follows; follow_requested: the viewer''s request to follow them is pending). streak: the run ending today or yesterday in the member''s zone (0 otherwise); streaking: today is covered. dismissed_time_zone only for the viewer themself.';
+grant execute on function app.user_json_body(app.users, date, uuid, text, boolean, boolean, boolean) to authenticated, service_role;
 
 create function app.user_json(u app.users)
 returns jsonb
@@ -90,7 +91,8 @@ set search_path = ''
 as $$
   select app.user_json_body(u, (now() at time zone u.time_zone)::date, v.viewer_id, app.public_url(),
     exists (select 1 from app.user_follows f where f.follower_id = v.viewer_id and f.followee_id = u.id),
-    exists (select 1 from app.user_follows f where f.follower_id = u.id and f.followee_id = v.viewer_id))
+    exists (select 1 from app.user_follows f where f.follower_id = u.id and f.followee_id = v.viewer_id),
+    exists (select 1 from app.user_follow_requests r where r.requester_id = v.viewer_id and r.followee_id = u.id))
   from (select auth.uid() as viewer_id) v
 $$;
 comment on function app.user_json(app.users) is
@@ -105,10 +107,11 @@ set search_path = ''
 as $$
   select app.user_json_body(u, (now() at time zone u.time_zone)::date, viewer_id, app.public_url(),
     exists (select 1 from app.user_follows f where f.follower_id = viewer_id and f.followee_id = u.id),
-    exists (select 1 from app.user_follows f where f.follower_id = u.id and f.followee_id = viewer_id))
+    exists (select 1 from app.user_follows f where f.follower_id = u.id and f.followee_id = viewer_id),
+    exists (select 1 from app.user_follow_requests r where r.requester_id = viewer_id and r.followee_id = u.id))
 $$;
 comment on function app.user_json_as(app.users, uuid) is
-  'A user as viewer_id sees them (app.user_json_body), whoever runs the statement: for payloads rendered in one member''s transaction and delivered to another (realtime broadcasts), which must not be rendered for the writer. dismissed_time_zone only when viewer_id is the user.';
+  'A user as viewer_id sees them (app.user_json_body), whoever runs the statement: for payloads rendered in one member''s transaction and delivered to another (realtime broadcasts), which must not be rendered for the writer. dismissed_time_zone only when viewer_id is the user. follow_requested reads app.user_follow_requests under the runner''s policy (requests are visible to the requester and the member asked): right for the two participants of a conversation, the only users these payloads name.';
 grant execute on function app.user_json_as(app.users, uuid) to authenticated, service_role;
 
 create function app.mentioned_user_json_body(u app.users, base_url text)
@@ -153,26 +156,28 @@ declare
   base_url text := app.public_url();
 begin
   -- Profiles and follow relations are visible to every member, so this reads under the
-  -- caller's policies (both are `true`). "Today" is computed once per time zone, not per user.
+  -- caller's policies (both are `true`; the viewer's own follow requests are visible to them).
+  -- "Today" is computed once per time zone, not per user.
   return query
     with zones as materialized (
       select z.time_zone, (now() at time zone z.time_zone)::date as local_today
       from (select distinct u.time_zone from app.users u where u.id = any (ids)) z
     )
     select u.id, app.user_json_body(u, z.local_today, viewer_id, base_url,
-                                    fo.follower_id is not null, fy.follower_id is not null)
+                                    fo.follower_id is not null, fy.follower_id is not null, fr.requester_id is not null)
     from app.users u
     join zones z on z.time_zone = u.time_zone
     left join app.user_follows fo on fo.follower_id = viewer_id and fo.followee_id = u.id
     left join app.user_follows fy on fy.follower_id = u.id and fy.followee_id = viewer_id
+    left join app.user_follow_requests fr on fr.requester_id = viewer_id and fr.followee_id = u.id
     where u.id = any (ids);
 end;
 $$;
 comment on function app.users_json(uuid[]) is
-  'The users with these ids as the API renders them for the current viewer, one row each (unordered; unknown ids are skipped): one statement for the whole set, with both follow flags from two joins instead of two subqueries per user.';
+  'The users with these ids as the API renders them for the current viewer, one row each (unordered; unknown ids are skipped): one statement for the whole set, with the three follow flags from three joins instead of three subqueries per user.';
 grant execute on function app.users_json(uuid[]) to authenticated, service_role;
 
-create function app.project_json_body(p app.projects, base_url text, owner jsonb, makers jsonb, following boolean)
+create function app.project_json_body(p app.projects, base_url text, owner jsonb, makers jsonb, following boolean, follow_requested boolean)
 returns jsonb
 language sql
 stable
@@ -200,11 +205,12 @@ as $$
     'owner', owner,
     'makers', makers,
     'followers_count', p.followers_count,
-    'following', following)
+    'following', following,
+    'follow_requested', follow_requested)
 $$;
-comment on function app.project_json_body(app.projects, text, jsonb, jsonb, boolean) is
-  'Inlined (no SET clause, no table access). The Project shape, given its rendered owner and makers and whether the viewer follows it. Logo urls are null when no logo was uploaded (SPEC allows null there, unlike avatars).';
-grant execute on function app.project_json_body(app.projects, text, jsonb, jsonb, boolean) to authenticated, service_role;
+comment on function app.project_json_body(app.projects, text, jsonb, jsonb, boolean, boolean) is
+  'Inlined (no SET clause, no table access). The Project shape, given its rendered owner and makers, whether the viewer follows it (approved) and whether their request to follow it is pending. Logo urls are null when no logo was uploaded (SPEC allows null there, unlike avatars).';
+grant execute on function app.project_json_body(app.projects, text, jsonb, jsonb, boolean, boolean) to authenticated, service_role;
 
 create function app.projects_json(ids uuid[])
 returns table(id uuid, body jsonb)
@@ -235,13 +241,14 @@ begin
       (select o.body from people o where o.id = p.owner_id),
       coalesce((select jsonb_agg(mu.body order by m.user_id = p.owner_id desc, m.created_at, lower(mu.body ->> 'username'))
                 from makers m join people mu on mu.id = m.user_id where m.project_id = p.id), '[]'::jsonb),
-      exists (select 1 from app.project_follows f where f.project_id = p.id and f.user_id = viewer_id))
+      exists (select 1 from app.project_follows f where f.project_id = p.id and f.user_id = viewer_id),
+      exists (select 1 from app.project_follow_requests r where r.user_id = viewer_id and r.project_id = p.id))
     from app.projects p
     where p.id in (select l.id from listed l);
 end;
 $$;
 comment on function app.projects_json(uuid[]) is
-  'The projects with these ids that the current viewer may see, as the API renders them, one row each (unordered; others are skipped). Makers list the owner first, then in the order they joined. Security definer so makers and follows are read once for the set instead of through a policy per row; visibility is app.can_see_project, the function the projects policy calls, and it acts only for auth.uid().';
+  'The projects with these ids that the current viewer may see, as the API renders them, one row each (unordered; others are skipped). Makers list the owner first, then in the order they joined; following and follow_requested are the viewer''s approved follow and pending request. Security definer so makers, follows and requests are read once for the set instead of through a policy per row; visibility is app.can_see_project, the function the projects policy calls, and it acts only for auth.uid().';
 grant execute on function app.projects_json(uuid[]) to authenticated, service_role;
 
 create function app.project_json(p app.projects)
