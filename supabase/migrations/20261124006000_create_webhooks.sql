@@ -395,24 +395,41 @@ grant execute on function api.webhook_subscription_delete(text) to authenticated
 -- ============================================================================
 -- Production: Supabase Cron drains the outbox
 -- ============================================================================
--- Where pg_cron and pg_net exist (Supabase), a job posts to the edge function's worker route
--- every 5 seconds; the route's URL and WORKER_SECRET come from Supabase Vault (docs/deploy.md),
--- and the job does nothing until both are stored. Locally neither extension exists and
--- `npm start` runs the worker on a timer, so this block does nothing there. A cron job is a row
--- of cron.job, not schema: test/schema.test.ts cannot see it either way, so the block stands
--- here only so that this file says everything the domain needs.
+create function app.schedule_webhook_worker()
+returns text
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  if not exists (select 1 from pg_extension where extname = 'pg_cron')
+     or not exists (select 1 from pg_extension where extname = 'pg_net') then
+    raise exception 'pg_cron and pg_net are needed: enable both (Supabase Dashboard, Integrations: Cron), then call app.schedule_webhook_worker() again';
+  end if;
+  perform cron.schedule('todo-webhook-deliveries', '5 seconds', $job$
+    select net.http_post(
+      url := (select decrypted_secret from vault.decrypted_secrets where name = 'todo_api_url') || '/internal/webhooks',
+      headers := jsonb_build_object('Authorization', 'Bearer ' || (select decrypted_secret from vault.decrypted_secrets where name = 'todo_worker_secret')),
+      timeout_milliseconds := 1000)
+    where exists (select 1 from vault.decrypted_secrets where name = 'todo_api_url')
+      and exists (select 1 from vault.decrypted_secrets where name = 'todo_worker_secret')
+  $job$);
+  return 'todo-webhook-deliveries';
+end;
+$$;
+comment on function app.schedule_webhook_worker() is
+  'Schedules (or reschedules: cron.schedule replaces a job of the same name) the Supabase Cron job that wakes the edge function''s webhook worker every 5 seconds with pg_net: POST <todo_api_url>/internal/webhooks with Bearer <todo_worker_secret>, both read from Supabase Vault at each run, so no secret is written into a migration; it posts nothing until both are stored (docs/deploy.md). pg_net only wakes the worker: retries, signatures and the delivery log are the worker''s. Not granted to members: the database owner runs it.';
+
+-- Where pg_cron and pg_net are already enabled (a Supabase project that uses Cron), the job is
+-- scheduled at once; elsewhere (and locally, where `npm start` runs the worker on a timer) this
+-- does nothing, and the operator calls app.schedule_webhook_worker() after enabling them. A
+-- cron job is a row of cron.job, not schema: test/schema.test.ts compares the function, not the
+-- job, and both sides (migrations, schema files) run this same block.
 do $do$
 begin
   if exists (select 1 from pg_extension where extname = 'pg_cron')
      and exists (select 1 from pg_extension where extname = 'pg_net') then
-    perform cron.schedule('todo-webhook-deliveries', '5 seconds', $job$
-      select net.http_post(
-        url := (select decrypted_secret from vault.decrypted_secrets where name = 'todo_api_url') || '/internal/webhooks',
-        headers := jsonb_build_object('Authorization', 'Bearer ' || (select decrypted_secret from vault.decrypted_secrets where name = 'todo_worker_secret')),
-        timeout_milliseconds := 1000)
-      where exists (select 1 from vault.decrypted_secrets where name = 'todo_api_url')
-        and exists (select 1 from vault.decrypted_secrets where name = 'todo_worker_secret')
-    $job$);
+    perform app.schedule_webhook_worker();
   end if;
 end
 $do$;
