@@ -9,7 +9,7 @@ import { openDatabase } from './database.ts'
 import { migrate } from './migrate.ts'
 import { startRealtimeGateway } from './realtime.ts'
 import { localStorage, runStorageMaintenance } from './storage.ts'
-import { drainWebhooks } from '../functions/lib/webhooks.ts'
+import { runWebhookWorker } from './webhook-runner.ts'
 import { nodeWebhookSender } from './webhook-sender.ts'
 
 const config = readConfig()
@@ -28,19 +28,12 @@ const maintenance = setInterval(() => {
   runStorageMaintenance(sql, storage).catch((err) => console.error('storage maintenance failed:', err))
 }, 60_000)
 maintenance.unref()
-// The webhook worker, every second, on connections of its own: a delivery holds its transaction
-// while it is sent (up to 15 s), which must not take the API's connections.
+// The webhook worker (at each todo commit that wrote deliveries, and every second), on connections
+// of its own: a delivery holds its transaction while it is sent (up to 15 s), which must not take
+// the API's connections.
 const webhookSql = createSql(database.url, { max: 2 })
 const webhookSender = nodeWebhookSender({ allowPrivate: config.webhookAllowPrivate })
-let draining = false
-const webhookWorker = setInterval(() => {
-  if (draining) return
-  draining = true
-  drainWebhooks(webhookSql, webhookSender, { lanes: 2 })
-    .catch((err) => console.error('webhook worker failed:', err))
-    .finally(() => (draining = false))
-}, 1_000)
-webhookWorker.unref()
+const webhookWorker = runWebhookWorker(webhookSql, webhookSender, { drain: { lanes: 2 } })
 const realtime = await startRealtimeGateway({ databaseUrl: database.url, jwtSecret: config.jwtSecret, privateOnly: true })
 const server = serve({ fetch: app.fetch, hostname: config.host, port: config.port }, () => {
   console.log(`Todo-sharing API listening on ${config.publicUrl}`)
@@ -57,7 +50,7 @@ async function shutdown(signal: string) {
   stopping = true
   console.log(`\n${signal}: stopping…`)
   clearInterval(maintenance)
-  clearInterval(webhookWorker)
+  await webhookWorker.stop()
   await realtime.close()
   server.close()
   await sql.end({ timeout: 5 })

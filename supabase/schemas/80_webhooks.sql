@@ -278,11 +278,15 @@ begin
       select 1 from jsonb_array_elements(rendered -> 'mentioned_projects') mp
       where app.from_public_id('proj', mp ->> 'id') = any (s.project_ids)))
   on conflict do nothing;
+  if found then
+    -- Wakes a listening worker (npm start) at commit; pollers (Supabase Cron) need nothing.
+    perform pg_notify('app_webhook_deliveries', '');
+  end if;
   return null;
 end;
 $$;
 comment on function app.tg_todos__enqueue_webhooks() is
-  'The webhook outbox: when a todo''s transaction commits, one delivery per active subscription of its owner whose project_ids are empty or meet the todo''s mentioned_projects (as the owner sees them). Deferred to commit, so the Todo is rendered once, complete (attachments are attached after the insert), and a rolled-back todo writes nothing. Security definer: members cannot write the outbox.';
+  'The webhook outbox: when a todo''s transaction commits, one delivery per active subscription of its owner whose project_ids are empty or meet the todo''s mentioned_projects (as the owner sees them). Deferred to commit, so the Todo is rendered once, complete (attachments are attached after the insert), and a rolled-back todo writes nothing. Notifies app_webhook_deliveries when it wrote any, so a listening worker sends at once. Security definer: members cannot write the outbox.';
 create constraint trigger _900_enqueue_webhooks after insert on app.todos
   deferrable initially deferred
   for each row execute function app.tg_todos__enqueue_webhooks();
