@@ -20,7 +20,10 @@ if (applied.length > 0) console.log(`Applied ${applied.length} migration(s): ${a
 
 const storageDir = join(config.dataDir, 'storage')
 const storage = localStorage({ dir: storageDir, publicUrl: config.publicUrl, jwtSecret: config.jwtSecret, sql })
-const app = createApp({ sql, publicUrl: config.publicUrl, jwtSecret: config.jwtSecret, upgradeUrl: config.upgradeUrl, storage, webhookAllowPrivate: config.webhookAllowPrivate })
+const app = createApp({
+  sql, publicUrl: config.publicUrl, jwtSecret: config.jwtSecret, upgradeUrl: config.upgradeUrl, storage,
+  webhookAllowPrivate: config.webhookAllowPrivate, onTodoCreated: () => webhookWorker.kick(),
+})
 app.route('/', storage.routes)
 
 // Background work that pg_cron and Supabase Queues do in production.
@@ -28,7 +31,7 @@ const maintenance = setInterval(() => {
   runStorageMaintenance(sql, storage).catch((err) => console.error('storage maintenance failed:', err))
 }, 60_000)
 maintenance.unref()
-// The webhook worker (at each todo commit that wrote deliveries, and every second), on connections
+// The webhook worker (right after each todo the API creates, and every second), on connections
 // of its own: a delivery holds its transaction while it is sent (up to 15 s), which must not take
 // the API's connections.
 const webhookSql = createSql(database.url, { max: 2 })

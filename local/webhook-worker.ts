@@ -1,6 +1,6 @@
 // The webhook worker on its own: `npm run webhook-worker` drains the outbox of DATABASE_URL (or
-// the embedded database of DATA_DIR) until stopped, as `npm start` does inside: at once when a
-// todo's commit notifies it, and every second besides.
+// the embedded database of DATA_DIR) until stopped, every second, as `npm start` does inside (which
+// also drains right after each todo its API creates).
 // For running more workers than the one in npm start, and for the crash test (kill -9).
 import { createSql } from '../functions/lib/sql.ts'
 import { runWebhookWorker } from './webhook-runner.ts'

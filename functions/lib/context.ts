@@ -24,6 +24,8 @@ export interface AppDeps {
   webhookSender?: WebhookSender
   /** Batch, lanes and budget of one POST /internal/webhooks. */
   webhookDrain?: DrainOptions
+  /** Called after POST /v1/todos created a todo: npm start wakes its in-process webhook worker. */
+  onTodoCreated?: () => void
 }
 
 export interface AppEnv {

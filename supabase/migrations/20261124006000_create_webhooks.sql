@@ -38,11 +38,18 @@ create table app.webhook_secrets (
 comment on table app.webhook_secrets is
   'The Standard Webhooks signing secret (whsec_ + base64 of 32 random bytes) of each subscription. Retrievable, unlike API keys, because the worker signs with it; shown to the member once, in the create response. RLS on and no grant: only the database owner (the worker) and security definer functions read it.';
 
+create table app.webhook_events (
+  todo_id    uuid primary key references app.todos(id) on delete cascade,
+  payload    jsonb not null,
+  created_at timestamptz not null default now()
+);
+comment on table app.webhook_events is
+  'The body every delivery of a new todo sends ({type, timestamp, data: the Todo as its owner saw it at creation}), stored once per todo however many subscriptions match: three copies of a 2–3 KB document cost a subscribed member''s POST more than everything else the outbox does (docs/performance.md). Gone with its todo.';
+
 create table app.webhook_deliveries (
   id               uuid primary key default gen_random_uuid(),
   subscription_id  uuid not null references app.webhook_subscriptions(id) on delete cascade,
-  todo_id          uuid not null references app.todos(id) on delete cascade,
-  payload          jsonb not null,
+  todo_id          uuid not null references app.webhook_events(todo_id) on delete cascade,
   status           text not null default 'pending' constraint webhook_deliveries_status_check check (status in ('pending', 'delivered', 'failed')),
   attempts         integer not null default 0,
   next_attempt_at  timestamptz default now(),
@@ -54,7 +61,7 @@ create table app.webhook_deliveries (
   delivered_at     timestamptz
 );
 comment on table app.webhook_deliveries is
-  'The outbox and the delivery log: one row per (subscription, new todo), written in the todo''s transaction. payload is the whole body sent ({type, timestamp, data: the Todo as its owner saw it at creation}), so every retry sends the same bytes; webhook-id is msg_ + id. status pending → delivered (2xx) or failed (410, or about three days of failures).';
+  'The outbox and the delivery log: one row per (subscription, new todo), written in the todo''s transaction; the body is the todo''s app.webhook_events row, so every retry sends the same bytes; webhook-id is msg_ + id. status pending → delivered (2xx) or failed (410, or about three days of failures).';
 comment on column app.webhook_deliveries.next_attempt_at is
   'When the worker may try next (null once delivered or failed): the Standard Webhooks schedule with jitter, or later when the receiver asked with Retry-After.';
 create unique index webhook_deliveries_subscription_id_todo_id_idx on app.webhook_deliveries (subscription_id, todo_id);
@@ -147,8 +154,9 @@ volatile
 security definer
 set search_path = ''
 as $$
-  select d.id, 'msg_' || replace(d.id::text, '-', ''), s.url, k.secret, d.payload::text, d.attempts, d.first_attempt_at
+  select d.id, 'msg_' || replace(d.id::text, '-', ''), s.url, k.secret, e.payload::text, d.attempts, d.first_attempt_at
   from app.webhook_deliveries d
+  join app.webhook_events e on e.todo_id = d.todo_id
   join app.webhook_subscriptions s on s.id = d.subscription_id
   join app.webhook_secrets k on k.subscription_id = d.subscription_id
   where d.status = 'pending' and d.next_attempt_at <= now() and s.active
@@ -235,6 +243,10 @@ grant update (url, event_type, project_ids, active, disabled_reason, updated_at)
 alter table app.webhook_secrets enable row level security;
 -- No policy and no grant: members never read a secret; app.new_webhook_secret writes it.
 
+-- app.webhook_events
+alter table app.webhook_events enable row level security;
+-- No policy and no grant: the trigger writes, the worker reads.
+
 -- app.webhook_deliveries
 alter table app.webhook_deliveries enable row level security;
 -- No policy and no grant: the trigger writes, the worker and the operator CLI read.
@@ -252,39 +264,48 @@ as $$
 declare
   claims text;
   rendered jsonb;
+  matching uuid[];
 begin
   -- The whole cost for a member without subscriptions: one index probe.
   if not exists (select 1 from app.webhook_subscriptions s where s.user_id = new.user_id and s.active) then
     return null;
   end if;
-  -- Rendered as its owner sees it. The API's request already acts for the owner; the operator's
-  -- create-todo does not, so the owner's claims are set for the rendering and put back.
-  claims := current_setting('request.jwt.claims', true);
-  if (select auth.uid()) is distinct from new.user_id then
-    perform set_config('request.jwt.claims', jsonb_build_object('sub', new.user_id, 'role', 'authenticated')::text, true);
+  -- Rendered as its owner sees it: api.todo_create already rendered it so for its response,
+  -- after the last write of the transaction, and left it in app.created_todo (rendering it twice
+  -- doubled the cost of a subscribed member's POST). Any other writer (the operator's
+  -- create-todo) does not act for the owner, so the owner's claims are set for the rendering.
+  rendered := nullif(current_setting('app.created_todo', true), '')::jsonb;
+  if rendered is null or rendered ->> 'id' is distinct from app.to_public_id('todo', new.id) then
+    claims := current_setting('request.jwt.claims', true);
+    if (select auth.uid()) is distinct from new.user_id then
+      perform set_config('request.jwt.claims', jsonb_build_object('sub', new.user_id, 'role', 'authenticated')::text, true);
+    end if;
+    rendered := app.todos_json(array[new.id], false) -> 0;
+    perform set_config('request.jwt.claims', coalesce(claims, ''), true);
   end if;
-  rendered := app.todos_json(array[new.id], false) -> 0;
-  perform set_config('request.jwt.claims', coalesce(claims, ''), true);
   if rendered is null then
     return null; -- deleted again before its transaction ended
   end if;
-  insert into app.webhook_deliveries (subscription_id, todo_id, payload)
-  select s.id, new.id, jsonb_build_object('type', 'new_todo', 'timestamp', new.created_at, 'data', rendered)
+  select array_agg(s.id) into matching
   from app.webhook_subscriptions s
   where s.user_id = new.user_id and s.active
     and (cardinality(s.project_ids) = 0 or exists (
       select 1 from jsonb_array_elements(rendered -> 'mentioned_projects') mp
-      where app.from_public_id('proj', mp ->> 'id') = any (s.project_ids)))
-  on conflict do nothing;
-  if found then
-    -- Wakes a listening worker (npm start) at commit; pollers (Supabase Cron) need nothing.
-    perform pg_notify('app_webhook_deliveries', '');
+      where app.from_public_id('proj', mp ->> 'id') = any (s.project_ids)));
+  if matching is null then
+    return null;
   end if;
+  insert into app.webhook_events (todo_id, payload)
+  values (new.id, jsonb_build_object('type', 'new_todo', 'timestamp', new.created_at, 'data', rendered))
+  on conflict do nothing;
+  insert into app.webhook_deliveries (subscription_id, todo_id)
+  select m.id, new.id from unnest(matching) m(id)
+  on conflict do nothing;
   return null;
 end;
 $$;
 comment on function app.tg_todos__enqueue_webhooks() is
-  'The webhook outbox: when a todo''s transaction commits, one delivery per active subscription of its owner whose project_ids are empty or meet the todo''s mentioned_projects (as the owner sees them). Deferred to commit, so the Todo is rendered once, complete (attachments are attached after the insert), and a rolled-back todo writes nothing. Notifies app_webhook_deliveries when it wrote any, so a listening worker sends at once. Security definer: members cannot write the outbox.';
+  'The webhook outbox: when a todo''s transaction commits, one delivery per active subscription of its owner whose project_ids are empty or meet the todo''s mentioned_projects (as the owner sees them). Deferred to commit, so the Todo is rendered once, complete (attachments are attached after the insert), and a rolled-back todo writes nothing. Security definer: members cannot write the outbox.';
 create constraint trigger _900_enqueue_webhooks after insert on app.todos
   deferrable initially deferred
   for each row execute function app.tg_todos__enqueue_webhooks();
@@ -395,6 +416,31 @@ $$;
 comment on function api.webhook_subscription_delete(text) is
   'DELETE /v1/webhooks/subscriptions/{id}: 204; its secret and delivery log go with it (on delete cascade), so nothing more is sent. 404 for another member''s or an unknown id.';
 grant execute on function api.webhook_subscription_delete(text) to authenticated;
+
+-- ============================================================================
+-- POST /v1/todos hands its rendering to the outbox trigger (supabase/schemas/30_todos.sql)
+-- ============================================================================
+create or replace function api.todo_create(body text, attachments jsonb)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  created app.todos;
+  rendered jsonb;
+begin
+  perform app.hit_rate_limit('todo_create');
+  insert into app.todos (user_id, body) values ((select auth.uid()), body) returning * into created;
+  perform app.attach_uploads(attachments, created.id, null, 'attachments');
+  rendered := app.todo_json(created);
+  -- The webhook outbox (80_webhooks, deferred to commit) sends this same rendering.
+  perform set_config('app.created_todo', rendered::text, true);
+  return rendered;
+end;
+$$;
+comment on function api.todo_create(text, jsonb) is
+  'POST /v1/todos (JSON or form): rate-limited (todo_create, 429); attachments are upload ids from verified signed_ids, attached in order (422 when foreign, not stored, or already attached). Leaves its rendering in app.created_todo for the webhook outbox trigger, which runs at commit and would otherwise render the todo a second time.';
 
 -- ============================================================================
 -- Production: Supabase Cron drains the outbox
