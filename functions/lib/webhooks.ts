@@ -166,7 +166,8 @@ export function nextAttemptAt(
 // ---------------------------------------------------------------------------------------------
 
 interface Claimed {
-  id: string
+  subscription_id: string
+  todo_id: string
   webhook_id: string
   url: string
   secret: string
@@ -219,7 +220,7 @@ export async function drainWebhooks(sql: Sql, send: WebhookSender, options: Drai
       }
     }
     const error = ok ? null : (response.error ?? `the receiver answered ${response.status}`)
-    await tx`select app.record_webhook_attempt(${row.id}::uuid, ${response.status}::integer, ${error}::text, ${retryAt}::timestamptz, ${disable}::text)`
+    await tx`select app.record_webhook_attempt(${row.subscription_id}::uuid, ${row.todo_id}::uuid, ${response.status}::integer, ${error}::text, ${retryAt}::timestamptz, ${disable}::text)`
     if (ok) result.delivered++
     else if (retryAt) result.retrying++
     else result.failed++

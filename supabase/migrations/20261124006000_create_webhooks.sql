@@ -47,9 +47,8 @@ comment on table app.webhook_events is
   'The body every delivery of a new todo sends ({type, timestamp, data: the Todo as its owner saw it at creation}), stored once per todo however many subscriptions match: three copies of a 2–3 KB document cost a subscribed member''s POST more than everything else the outbox does (docs/performance.md). Gone with its todo.';
 
 create table app.webhook_deliveries (
-  id               uuid primary key default gen_random_uuid(),
-  subscription_id  uuid not null references app.webhook_subscriptions(id) on delete cascade,
-  todo_id          uuid not null references app.webhook_events(todo_id) on delete cascade,
+  subscription_id  uuid references app.webhook_subscriptions(id) on delete cascade,
+  todo_id          uuid references app.webhook_events(todo_id) on delete cascade,
   status           text not null default 'pending' constraint webhook_deliveries_status_check check (status in ('pending', 'delivered', 'failed')),
   attempts         integer not null default 0,
   next_attempt_at  timestamptz default now(),
@@ -58,19 +57,30 @@ create table app.webhook_deliveries (
   last_status      integer,
   last_error       text,
   created_at       timestamptz not null default now(),
-  delivered_at     timestamptz
+  delivered_at     timestamptz,
+  constraint webhook_deliveries_pkey primary key (subscription_id, todo_id)
 );
 comment on table app.webhook_deliveries is
-  'The outbox and the delivery log: one row per (subscription, new todo), written in the todo''s transaction; the body is the todo''s app.webhook_events row, so every retry sends the same bytes; webhook-id is msg_ + id. status pending → delivered (2xx) or failed (410, or about three days of failures).';
+  'The outbox and the delivery log: one row per (subscription, new todo), written in the todo''s transaction; the body is the todo''s app.webhook_events row, so every retry sends the same bytes. Keyed by (subscription, todo), no surrogate id: one index less on the write path; webhook-id is app.webhook_id of the pair. status pending → delivered (2xx) or failed (410, or about three days of failures).';
 comment on column app.webhook_deliveries.next_attempt_at is
   'When the worker may try next (null once delivered or failed): the Standard Webhooks schedule with jitter, or later when the receiver asked with Retry-After.';
-create unique index webhook_deliveries_subscription_id_todo_id_idx on app.webhook_deliveries (subscription_id, todo_id);
 create index webhook_deliveries_todo_id_idx on app.webhook_deliveries (todo_id);
 create index webhook_deliveries_due_idx on app.webhook_deliveries (next_attempt_at) where (status = 'pending');
 
 -- ============================================================================
 -- Helpers
 -- ============================================================================
+create function app.webhook_id(subscription_id uuid, todo_id uuid)
+returns text
+language sql
+immutable
+parallel safe
+as $$
+  select 'msg_' || md5(subscription_id::text || todo_id::text)
+$$;
+comment on function app.webhook_id(uuid, uuid) is
+  'Inlined. The webhook-id header of a delivery (Standard Webhooks: the same on every retry, so receivers deduplicate on it), derived from its key; the operator CLI shows it as the delivery''s id.';
+
 create function app.webhook_subscription_json(s app.webhook_subscriptions)
 returns jsonb
 language sql
@@ -148,13 +158,13 @@ comment on function app.new_webhook_secret(uuid) is
 grant execute on function app.new_webhook_secret(uuid) to authenticated;
 
 create function app.take_webhook_deliveries(batch integer)
-returns table (id uuid, webhook_id text, url text, secret text, body text, attempts integer, first_attempt_at timestamptz)
+returns table (subscription_id uuid, todo_id uuid, webhook_id text, url text, secret text, body text, attempts integer, first_attempt_at timestamptz)
 language sql
 volatile
 security definer
 set search_path = ''
 as $$
-  select d.id, 'msg_' || replace(d.id::text, '-', ''), s.url, k.secret, e.payload::text, d.attempts, d.first_attempt_at
+  select d.subscription_id, d.todo_id, app.webhook_id(d.subscription_id, d.todo_id), s.url, k.secret, e.payload::text, d.attempts, d.first_attempt_at
   from app.webhook_deliveries d
   join app.webhook_events e on e.todo_id = d.todo_id
   join app.webhook_subscriptions s on s.id = d.subscription_id
@@ -167,7 +177,7 @@ $$;
 comment on function app.take_webhook_deliveries(integer) is
   'The worker''s claim: up to `batch` due deliveries, locked for the calling transaction (for update skip locked), so concurrent workers never send the same delivery at the same time. The worker keeps the transaction open while it sends and records the outcome in it: if the worker dies, the lock goes with its connection and the delivery is due again, with the same webhook-id (at least once).';
 
-create function app.record_webhook_attempt(delivery_id uuid, response_status integer, error text, retry_at timestamptz, disable_reason text)
+create function app.record_webhook_attempt(subscription uuid, todo uuid, response_status integer, error text, retry_at timestamptz, disable_reason text)
 returns void
 language plpgsql
 volatile
@@ -176,7 +186,6 @@ set search_path = ''
 as $$
 declare
   delivered boolean := response_status between 200 and 299;
-  subscription uuid;
 begin
   update app.webhook_deliveries d
      set attempts = d.attempts + 1,
@@ -187,14 +196,13 @@ begin
          status = case when delivered then 'delivered' when retry_at is null then 'failed' else 'pending' end,
          next_attempt_at = case when delivered then null else retry_at end,
          delivered_at = case when delivered then now() end
-   where d.id = delivery_id
-  returning d.subscription_id into subscription;
+   where d.subscription_id = subscription and d.todo_id = todo;
   if not delivered and disable_reason is not null then
     perform app.disable_webhook_subscription(subscription, disable_reason);
   end if;
 end;
 $$;
-comment on function app.record_webhook_attempt(uuid, integer, text, timestamptz, text) is
+comment on function app.record_webhook_attempt(uuid, uuid, integer, text, timestamptz, text) is
   'Records one attempt of a delivery the worker holds: 2xx delivered; otherwise pending again at retry_at, or failed when retry_at is null. disable_reason (410 Gone, or about three days of failures) turns the subscription off. The worker computes the schedule (functions/lib/webhooks.ts) so tests can shorten it.';
 
 create function app.disable_webhook_subscription(subscription uuid, reason text)
