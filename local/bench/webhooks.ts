@@ -42,6 +42,8 @@ export interface WebhookBench {
 
 const SCENARIOS = ['trigger disabled (before webhooks)', '0 subscriptions', '3 matching subscriptions'] as const
 const DATABASE = 'todo_bench_webhooks'
+/** Members per connection and scenario. */
+const WRITERS = 10
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!
 const round2 = (v: number) => Math.round(v * 100) / 100
 
@@ -97,14 +99,14 @@ export async function measureWebhooks(options: {
   const receiverUrl = await new Promise<string>((resolve) => receiver.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${(receiver.address() as { port: number }).port}/hook`)))
 
   try {
-    // Writers: 8 per connection and scenario group, so no member nears todo_create's 200 an hour
-    // and no two connections wait on one member's rate-limit lock.
+    // Writers: WRITERS per connection and a group per scenario, so no member nears todo_create's
+    // 200 an hour (nobody is exempt) and no two connections wait on one member's rate-limit lock.
     const ctx = { sql, jwtSecret: options.jwtSecret, publicUrl: 'http://bench.test' }
-    log(`Webhooks: creating ${2 * connections * 8} writers and ${connections * 8 * 3} subscriptions…`)
+    log(`Webhooks: creating ${3 * connections * WRITERS} writers and ${connections * WRITERS * 3} subscriptions…`)
     const project = (await runAdmin(ctx, ['create-project', '--owner', await makeUser(ctx, 'hookowner'), '--name', 'Bench hooks', '--hashtag', 'benchhooks'])) as { id: string }
-    const groups: Record<'plain' | 'subscribed', string[]> = { plain: [], subscribed: [] }
-    for (const group of ['plain', 'subscribed'] as const) {
-      for (let i = 0; i < connections * 8; i++) {
+    const groups: Record<'before' | 'plain' | 'subscribed', string[]> = { before: [], plain: [], subscribed: [] }
+    for (const group of ['before', 'plain', 'subscribed'] as const) {
+      for (let i = 0; i < connections * WRITERS; i++) {
         const created = (await runAdmin(ctx, ['create-user', '--username', `hook_${group}_${i}`])) as { id: string; api_key: string }
         groups[group].push(created.api_key)
         if (group === 'subscribed') {
@@ -122,18 +124,19 @@ export async function measureWebhooks(options: {
     }
     const body = JSON.stringify({ body: 'shipped the webhook bench #benchhooks' })
     const requestsOf = (keys: string[]): HttpRequest[][] =>
-      Array.from({ length: connections }, (_, c) => keys.slice(c * 8, c * 8 + 8).map((key) => ({
+      Array.from({ length: connections }, (_, c) => keys.slice(c * WRITERS, (c + 1) * WRITERS).map((key) => ({
         method: 'POST' as const, path: '/v1/todos', body, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
       })))
 
     const runs: Record<string, Measurement[]> = Object.fromEntries(SCENARIOS.map((s) => [s, []]))
     // Warm-up: plans, caches and connections, unmeasured.
-    await runHttp({ baseUrl, perConnection: requestsOf(groups.plain), connections, seconds: 2 })
+    await runHttp({ baseUrl, perConnection: requestsOf(groups.before), connections, seconds: 2 })
     for (let round = 0; round < rounds; round++) {
       for (const scenario of SCENARIOS) {
         const disabled = scenario === SCENARIOS[0]
         if (disabled) await sql`alter table app.todos disable trigger _900_enqueue_webhooks`
-        const m = await runHttp({ baseUrl, perConnection: requestsOf(scenario === SCENARIOS[2] ? groups.subscribed : groups.plain), connections, seconds })
+        const group = disabled ? groups.before : scenario === SCENARIOS[2] ? groups.subscribed : groups.plain
+        const m = await runHttp({ baseUrl, perConnection: requestsOf(group), connections, seconds })
         if (disabled) await sql`alter table app.todos enable trigger _900_enqueue_webhooks`
         runs[scenario]!.push(m)
         log(`  POST /v1/todos, ${scenario}, round ${round + 1}: ${m.rps} req/s, p50 ${m.p50} ms, p99 ${m.p99} ms, ${m.errors} errors`)
