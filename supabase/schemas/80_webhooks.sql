@@ -77,11 +77,12 @@ returns text
 language sql
 immutable
 parallel safe
+set search_path = ''
 as $$
   select 'msg_' || md5(subscription_id::text || todo_id::text)
 $$;
 comment on function app.webhook_id(uuid, uuid) is
-  'Inlined. The webhook-id header of a delivery (Standard Webhooks: the same on every retry, so receivers deduplicate on it), derived from its key; the operator CLI shows it as the delivery''s id.';
+  'The webhook-id header of a delivery (Standard Webhooks: the same on every retry, so receivers deduplicate on it), derived from its key; the operator CLI shows it as the delivery''s id.';
 
 create function app.webhook_subscription_json(s app.webhook_subscriptions)
 returns jsonb
@@ -445,7 +446,7 @@ begin
     select net.http_post(
       url := (select decrypted_secret from vault.decrypted_secrets where name = 'todo_api_url') || '/internal/webhooks',
       headers := jsonb_build_object('Authorization', 'Bearer ' || (select decrypted_secret from vault.decrypted_secrets where name = 'todo_worker_secret')),
-      timeout_milliseconds := 1000)
+      timeout_milliseconds := 55000)
     where exists (select 1 from vault.decrypted_secrets where name = 'todo_api_url')
       and exists (select 1 from vault.decrypted_secrets where name = 'todo_worker_secret')
   $job$);
@@ -453,7 +454,7 @@ begin
 end;
 $$;
 comment on function app.schedule_webhook_worker() is
-  'Schedules (or reschedules: cron.schedule replaces a job of the same name) the Supabase Cron job that wakes the edge function''s webhook worker every 5 seconds with pg_net: POST <todo_api_url>/internal/webhooks with Bearer <todo_worker_secret>, both read from Supabase Vault at each run, so no secret is written into a migration; it posts nothing until both are stored (docs/deploy.md). pg_net only wakes the worker: retries, signatures and the delivery log are the worker''s. Not granted to members: the database owner runs it.';
+  'Schedules (or reschedules: cron.schedule replaces a job of the same name) the Supabase Cron job that wakes the edge function''s webhook worker every 5 seconds with pg_net (waiting up to 55 s for it, longer than one call drains: 50 s): POST <todo_api_url>/internal/webhooks with Bearer <todo_worker_secret>, both read from Supabase Vault at each run, so no secret is written into a migration; it posts nothing until both are stored (docs/deploy.md). pg_net only wakes the worker: retries, signatures and the delivery log are the worker''s. Not granted to members: the database owner runs it.';
 
 -- Where pg_cron and pg_net are already enabled (a Supabase project that uses Cron), the job is
 -- scheduled at once; elsewhere (and locally, where `npm start` runs the worker on a timer) this

@@ -53,8 +53,9 @@ const webhookAllowPrivate = env('WEBHOOK_ALLOW_PRIVATE') === '1'
 const webhookSender = denoWebhookSender({ allowPrivate: webhookAllowPrivate })
 
 const app = createApp(
-  // An invocation drains for at most 100 s, within the edge runtime's 150 s wall clock.
-  { sql, publicUrl, jwtSecret, upgradeUrl, storage, workerSecret, webhookAllowPrivate, webhookSender, webhookDrain: { budgetMs: 100_000 } },
+  // An invocation claims new batches for at most 50 s (pg_net waits 55 s for its answer), well
+  // within the edge runtime's 150 s wall clock even with a 15 s delivery under way.
+  { sql, publicUrl, jwtSecret, upgradeUrl, storage, workerSecret, webhookAllowPrivate, webhookSender, webhookDrain: { budgetMs: 50_000 } },
   { basePath: '/api' },
 )
 
