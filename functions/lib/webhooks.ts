@@ -7,8 +7,8 @@
 // worker skips them; a worker killed mid-delivery loses its connection, its lock and its
 // uncommitted record, and the delivery is due again with the same webhook-id.
 //
-// `npm start` runs it every second (local/start.ts, with the Node sender that pins vetted
-// addresses); on Supabase, pg_cron + pg_net call POST /internal/webhooks every 5 seconds
+// `npm start` runs it right after each todo its API creates and every second (local/start.ts,
+// local/webhook-runner.ts, with the Node sender that pins vetted addresses); on Supabase, pg_cron + pg_net call POST /internal/webhooks every 5 seconds
 // (supabase/functions/api, with the Deno sender). Runtime-neutral: Web Crypto and ipaddr.js only.
 import ipaddr from 'ipaddr.js'
 import type { Sql, TransactionSql } from 'postgres'
