@@ -17,6 +17,8 @@ import { reactions } from './reactions/reactions.ts'
 import { search } from './search/search.ts'
 import { todos } from './todos/todos.ts'
 import { uploads } from './uploads/uploads.ts'
+import { webhooks } from './webhooks/webhooks.ts'
+import { drainWebhooks } from './lib/webhooks.ts'
 
 export type { AppDeps } from './lib/context.ts'
 
@@ -84,6 +86,7 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
   app.route('/', following)
   app.route('/', uploads)
   app.route('/', conversations)
+  app.route('/', webhooks)
 
   app.doc31('/v1/openapi.json', {
     openapi: '3.1.0',
@@ -104,6 +107,13 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
     const presented = c.req.header('authorization')?.replace(/^Bearer\s+/i, '') ?? ''
     if (!deps.workerSecret || !sameSecret(presented, deps.workerSecret)) return c.json({ error: 'No route matches POST /internal/maintenance.' }, 404)
     return c.json(await runStorageMaintenance(deps.sql, deps.storage), 200)
+  })
+  // The webhook worker, for pg_cron + pg_net on Supabase every few seconds (npm start runs it on
+  // a timer). One call drains what is due within its budget (an edge function's wall clock).
+  app.post('/internal/webhooks', async (c) => {
+    const presented = c.req.header('authorization')?.replace(/^Bearer\s+/i, '') ?? ''
+    if (!deps.workerSecret || !deps.webhookSender || !sameSecret(presented, deps.workerSecret)) return c.json({ error: 'No route matches POST /internal/webhooks.' }, 404)
+    return c.json(await drainWebhooks(deps.sql, deps.webhookSender, { budgetMs: 60_000, ...deps.webhookDrain }), 200)
   })
 
   app.get('/docs', Scalar({ url: basePath + '/v1/openapi.json', pageTitle: 'Todo-Sharing Service API' }))

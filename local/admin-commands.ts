@@ -227,6 +227,25 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
     },
   },
 
+  'webhook-deliveries': {
+    options: { user: { type: 'string' }, limit: { type: 'string' } },
+    run: async (ctx, o) => {
+      const user = await findUser(ctx.sql, required(o, 'user'))
+      const limit = Number(optional(o, 'limit') ?? 100)
+      if (!Number.isInteger(limit) || limit < 1) throw new AdminError('--limit must be a positive whole number')
+      // The delivery log of the member's subscriptions, newest first; id is the webhook-id sent.
+      const rows = await ctx.sql`
+        select app.webhook_id(d.subscription_id, d.todo_id) as id, app.to_public_id('hook', d.subscription_id) as subscription_id,
+               app.to_public_id('todo', d.todo_id) as todo_id, d.status, d.attempts, d.last_status, d.next_attempt_at
+        from app.webhook_deliveries d join app.webhook_subscriptions s on s.id = d.subscription_id
+        where s.user_id = ${user.id}
+        order by d.created_at desc, d.subscription_id, d.todo_id limit ${limit}`
+      return {
+        data: rows.map((r) => ({ ...r, next_attempt_at: r.next_attempt_at ? (r.next_attempt_at as Date).toISOString() : null })),
+      }
+    },
+  },
+
   'revoke-token': {
     options: { jti: { type: 'string' }, token: { type: 'string' } },
     run: async (ctx, o) => {

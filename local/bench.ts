@@ -22,6 +22,10 @@
 //   --targets LIST        of api,sql,postgraphile,postgrest (default: all)
 //   --skip-scale          no small data set
 //   --skip-chat           no direct-message delivery measurement
+//   --skip-webhooks       no webhook measurement
+//   --webhooks            only the webhook section (its own scratch database, no data set: about
+//                         a minute): POST /v1/todos with 0 and 3 subscriptions, delivery
+//                         throughput, POST-to-delivery latency (local/bench/webhooks.ts)
 //   --reseed              seed again even when the data set is up to date
 //   --profile             no load: EXPLAIN (ANALYZE, BUFFERS) of every endpoint's SQL, nested
 //                         statements included, written to DATA_DIR/bench/profile-<timestamp>.txt
@@ -39,6 +43,7 @@ import { ENDPOINTS, WRITE_TARGETS_PER_CONNECTION, type Call, type Endpoint } fro
 import { runHttp, runSql, type HttpRequest, type Measurement } from './bench/load.ts'
 import { type ChatLatency, measureChatLatency } from './bench/chat.ts'
 import { profile } from './bench/profile.ts'
+import { type WebhookBench, measureWebhooks } from './bench/webhooks.ts'
 import { progressBar } from './bench/progress.ts'
 import { FIXTURE_FORMAT, readFixture, refreshFixture, seedDatabase, writeFixtureFile, type Fixture, type SeedOptions } from './bench/seed-data.ts'
 import { deriveSubset, isSubsetOf } from './bench/subset.ts'
@@ -66,6 +71,8 @@ interface Options {
   reseed: boolean
   profile: boolean
   skipChat: boolean
+  skipWebhooks: boolean
+  webhooksOnly: boolean
 }
 
 function parseOptions(argv: string[]): Options {
@@ -75,6 +82,7 @@ function parseOptions(argv: string[]): Options {
       users: { type: 'string' }, todos: { type: 'string' }, seed: { type: 'string' }, duration: { type: 'string' },
       warmup: { type: 'string' }, connections: { type: 'string' }, pool: { type: 'string' },
       only: { type: 'string', multiple: true }, targets: { type: 'string' }, 'skip-scale': { type: 'boolean' }, 'skip-chat': { type: 'boolean' },
+      'skip-webhooks': { type: 'boolean' }, webhooks: { type: 'boolean' },
       reseed: { type: 'boolean' }, profile: { type: 'boolean' },
     },
     strict: true,
@@ -103,6 +111,8 @@ function parseOptions(argv: string[]): Options {
     reseed: Boolean(values.reseed),
     profile: Boolean(values.profile),
     skipChat: Boolean(values['skip-chat']),
+    skipWebhooks: Boolean(values['skip-webhooks']),
+    webhooksOnly: Boolean(values.webhooks),
   }
 }
 
@@ -486,6 +496,23 @@ function printReport(out: NodeJS.WriteStream, results: Result[], ratios: Ratios[
 // Main
 // ---------------------------------------------------------------------------------------------
 
+function printWebhooks(w: WebhookBench, load: number): void {
+  const out = (line: string) => process.stdout.write(`${line}\n`)
+  out(`\nWebhooks (${w.connections} connections, ${w.rounds} interleaved rounds of ${w.seconds}s, median round; load average at start ${load.toFixed(2)}):`)
+  for (const p of w.post) out(`  POST /v1/todos, ${p.scenario}: ${p.rps} req/s, p50 ${p.p50} ms, p99 ${p.p99} ms, ${p.errors} errors`)
+  out(`  3 matching subscriptions vs 0: ${w.slowdown_3_vs_0}× slower (target ≤ 1.15×); 0 subscriptions vs trigger disabled: ${w.slowdown_0_vs_no_trigger}×`)
+  out(`  delivery throughput to a local receiver: ${w.throughput.deliveries} deliveries in ${w.throughput.seconds} s = ${w.throughput.per_second}/s`)
+  out(`  POST → delivery when idle (${w.latency.deliveries} deliveries): p50 ${w.latency.p50} ms, p99 ${w.latency.p99} ms, max ${w.latency.max} ms`)
+}
+
+async function writeResults(config: Config, started: Date, body: object): Promise<void> {
+  const dir = resolve(config.dataDir, 'bench')
+  await mkdir(dir, { recursive: true })
+  const file = resolve(dir, `${started.toISOString().replace(/[:.]/g, '-')}-webhooks.json`)
+  await writeFile(file, JSON.stringify({ started_at: started.toISOString(), finished_at: new Date().toISOString(), ...body }, null, 2) + '\n')
+  process.stdout.write(`\nResults written to ${file}\n`)
+}
+
 async function main(): Promise<number> {
   const options = parseOptions(process.argv.slice(2))
   const config = readConfig()
@@ -495,6 +522,12 @@ async function main(): Promise<number> {
   const server = await openServer(config)
   const benches: Bench[] = []
   try {
+    if (options.webhooksOnly) {
+      const webhooks = await measureWebhooks({ serverUrl: server.url, jwtSecret: config.jwtSecret, connections: options.connections, log })
+      printWebhooks(webhooks, load)
+      await writeResults(config, started, { load_average_at_start: load, webhooks })
+      return 0
+    }
     const large = await ensureDataset(config, server.url, 'large', options.large, options.reseed)
     const endpoints = ENDPOINTS.filter((e) => options.only.length === 0 || options.only.some((o) => e.name.includes(o)))
     if (endpoints.length === 0) throw new Error(`--only matches none of: ${ENDPOINTS.map((e) => e.name).join('; ')}`)
@@ -552,6 +585,12 @@ async function main(): Promise<number> {
       log(`  chat: ${chat.clients} clients joined in ${chat.join_ms} ms; POST → delivery p50 ${fmt(chat.p50, 2)} ms, p99 ${fmt(chat.p99, 2)} ms, max ${fmt(chat.max, 2)} ms`)
     }
 
+    let webhooks: WebhookBench | null = null
+    if (!options.skipWebhooks) {
+      log('Measuring webhooks (a scratch database of their own)…')
+      webhooks = await measureWebhooks({ serverUrl: server.url, jwtSecret: config.jwtSecret, connections: options.connections, log })
+    }
+
     const ratios = ratiosOf(results, endpoints)
     const admin = postgres(large.url, { max: 1, onnotice: () => {} })
     const [pg] = await admin<{ version: string }[]>`select current_setting('server_version') as version`
@@ -570,6 +609,8 @@ async function main(): Promise<number> {
       process.stdout.write(`\nDirect messages, POST /v1/conversations/{id}/messages → message.created at ${chat.clients} subscribed supabase-js clients ` +
         `(${chat.messages} messages, ${chat.clients * chat.messages} deliveries): p50 ${fmt(chat.p50, 2)} ms, p99 ${fmt(chat.p99, 2)} ms, max ${fmt(chat.max, 2)} ms\n`)
     }
+
+    if (webhooks) printWebhooks(webhooks, load)
 
     const dir = resolve(config.dataDir, 'bench')
     await mkdir(dir, { recursive: true })
@@ -594,6 +635,7 @@ async function main(): Promise<number> {
       results,
       ratios,
       chat,
+      webhooks,
     }, null, 2) + '\n')
     process.stdout.write(`\nResults written to ${file}\n`)
     process.stdout.write(`Total ${Math.round((Date.now() - started.getTime()) / 1000)}s.\n`)

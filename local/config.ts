@@ -17,6 +17,8 @@ export interface Config {
   upgradeUrl: string
   /** statement_timeout of the API's connections (STATEMENT_TIMEOUT_MS, default 5 s; 0: none). */
   statementTimeoutMs: number
+  /** WEBHOOK_ALLOW_PRIVATE=1: webhooks may target http and loopback/private addresses (tests, local use). */
+  webhookAllowPrivate: boolean
 }
 
 function integer(name: string, value: string | undefined, fallback: number): number {
@@ -43,6 +45,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): Config {
     postgresPassword: secrets.postgresPassword,
     upgradeUrl: env.UPGRADE_URL || `${publicUrl}/upgrade`,
     statementTimeoutMs: statementTimeoutFrom(env.STATEMENT_TIMEOUT_MS),
+    webhookAllowPrivate: webhookAllowPrivateFrom(env.WEBHOOK_ALLOW_PRIVATE),
   }
 }
 
@@ -54,4 +57,9 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): Config {
  */
 export function databasePoolSize(cores = availableParallelism()): number {
   return Math.min(20, Math.max(4, 2 * cores))
+}
+
+/** WEBHOOK_ALLOW_PRIVATE: `1` (or `true`) lifts the SSRF address check; anything else leaves it on. */
+export function webhookAllowPrivateFrom(value: string | undefined): boolean {
+  return value === '1' || value?.toLowerCase() === 'true'
 }

@@ -9,6 +9,8 @@ import { openDatabase } from './database.ts'
 import { migrate } from './migrate.ts'
 import { startRealtimeGateway } from './realtime.ts'
 import { localStorage, runStorageMaintenance } from './storage.ts'
+import { runWebhookWorker } from './webhook-runner.ts'
+import { nodeWebhookSender } from './webhook-sender.ts'
 
 const config = readConfig()
 const database = await openDatabase(config)
@@ -18,7 +20,10 @@ if (applied.length > 0) console.log(`Applied ${applied.length} migration(s): ${a
 
 const storageDir = join(config.dataDir, 'storage')
 const storage = localStorage({ dir: storageDir, publicUrl: config.publicUrl, jwtSecret: config.jwtSecret, sql })
-const app = createApp({ sql, publicUrl: config.publicUrl, jwtSecret: config.jwtSecret, upgradeUrl: config.upgradeUrl, storage })
+const app = createApp({
+  sql, publicUrl: config.publicUrl, jwtSecret: config.jwtSecret, upgradeUrl: config.upgradeUrl, storage,
+  webhookAllowPrivate: config.webhookAllowPrivate, onTodoCreated: () => webhookWorker.kick(),
+})
 app.route('/', storage.routes)
 
 // Background work that pg_cron and Supabase Queues do in production.
@@ -26,6 +31,12 @@ const maintenance = setInterval(() => {
   runStorageMaintenance(sql, storage).catch((err) => console.error('storage maintenance failed:', err))
 }, 60_000)
 maintenance.unref()
+// The webhook worker (right after each todo the API creates, and every second), on connections
+// of its own: a delivery holds its transaction while it is sent (up to 15 s), which must not take
+// the API's connections.
+const webhookSql = createSql(database.url, { max: 2 })
+const webhookSender = nodeWebhookSender({ allowPrivate: config.webhookAllowPrivate })
+const webhookWorker = runWebhookWorker(webhookSql, webhookSender, { drain: { lanes: 2 } })
 const realtime = await startRealtimeGateway({ databaseUrl: database.url, jwtSecret: config.jwtSecret, privateOnly: true })
 const server = serve({ fetch: app.fetch, hostname: config.host, port: config.port }, () => {
   console.log(`Todo-sharing API listening on ${config.publicUrl}`)
@@ -42,9 +53,12 @@ async function shutdown(signal: string) {
   stopping = true
   console.log(`\n${signal}: stopping…`)
   clearInterval(maintenance)
+  await webhookWorker.stop()
   await realtime.close()
   server.close()
   await sql.end({ timeout: 5 })
+  await webhookSql.end({ timeout: 5 })
+  await webhookSender.close()
   await database.stop()
   process.exit(0)
 }

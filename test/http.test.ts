@@ -112,6 +112,7 @@ describe('OpenAPI and docs', () => {
       'GET /v1/conversations', 'POST /v1/conversations', 'POST /v1/conversations/reading', 'GET /v1/conversations/{conversation_id}',
       'GET /v1/conversations/{conversation_id}/messages', 'POST /v1/conversations/{conversation_id}/messages',
       'POST /v1/conversations/{conversation_id}/reading', 'POST /v1/messages/{message_id}/reactions', 'DELETE /v1/messages/{message_id}/reactions/{content}',
+      'GET /v1/webhooks/subscriptions', 'POST /v1/webhooks/subscriptions', 'PATCH /v1/webhooks/subscriptions/{subscription_id}', 'DELETE /v1/webhooks/subscriptions/{subscription_id}',
     ]
     expect(documented.sort()).toEqual(expected.sort())
   })

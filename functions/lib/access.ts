@@ -21,6 +21,9 @@ const ROUTE_ACCESS: Record<string, Access> = {
   'POST /v1/conversations/:conversation_id/reading': 'chat',
   'POST /v1/messages/:message_id/reactions': 'chat',
   'DELETE /v1/messages/:message_id/reactions/:content': 'chat',
+  // Subscriptions are an integration's configuration, and their URLs often carry the
+  // receiver's own credential: reading them needs what changing them needs (docs/security.md).
+  'GET /v1/webhooks/subscriptions': 'write',
 }
 
 /** The access a route needs: from the table, else `read` for GET and `write` for the rest. */

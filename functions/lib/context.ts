@@ -3,6 +3,7 @@ import type { Context } from 'hono'
 import type { Sql } from 'postgres'
 import type { Credential } from './db.ts'
 import type { FileStorage } from './storage.ts'
+import type { DrainOptions, WebhookSender } from './webhooks.ts'
 
 export interface AppDeps {
   /** postgres.js client; on Supabase, created once at module scope with prepare: false. */
@@ -17,6 +18,14 @@ export interface AppDeps {
   storage: FileStorage
   /** Bearer secret of POST /internal/maintenance (pg_cron calls it on Supabase); unset: the route is off. */
   workerSecret?: string
+  /** WEBHOOK_ALLOW_PRIVATE=1: plain http and private addresses allowed as webhook targets (tests, local use). */
+  webhookAllowPrivate?: boolean
+  /** How POST /internal/webhooks sends (the platform's sender); unset: the route is off. */
+  webhookSender?: WebhookSender
+  /** Batch, lanes and budget of one POST /internal/webhooks. */
+  webhookDrain?: DrainOptions
+  /** Called after POST /v1/todos created a todo: npm start wakes its in-process webhook worker. */
+  onTodoCreated?: () => void
 }
 
 export interface AppEnv {

@@ -504,15 +504,19 @@ set search_path = ''
 as $$
 declare
   created app.todos;
+  rendered jsonb;
 begin
   perform app.hit_rate_limit('todo_create');
   insert into app.todos (user_id, body) values ((select auth.uid()), body) returning * into created;
   perform app.attach_uploads(attachments, created.id, null, 'attachments');
-  return app.todo_json(created);
+  rendered := app.todo_json(created);
+  -- The webhook outbox (80_webhooks, deferred to commit) sends this same rendering.
+  perform set_config('app.created_todo', rendered::text, true);
+  return rendered;
 end;
 $$;
 comment on function api.todo_create(text, jsonb) is
-  'POST /v1/todos (JSON or form): rate-limited (todo_create, 429); attachments are upload ids from verified signed_ids, attached in order (422 when foreign, not stored, or already attached).';
+  'POST /v1/todos (JSON or form): rate-limited (todo_create, 429); attachments are upload ids from verified signed_ids, attached in order (422 when foreign, not stored, or already attached). Leaves its rendering in app.created_todo for the webhook outbox trigger, which runs at commit and would otherwise render the todo a second time.';
 grant execute on function api.todo_create(text, jsonb) to authenticated;
 
 create function api.todo_get(todo_ref text, expand_reactions boolean)

@@ -12,6 +12,8 @@ import { runAdmin } from '../../local/admin-commands.ts'
 import { startRealtimeGateway } from '../../local/realtime.ts'
 import { localStorage, runStorageMaintenance } from '../../local/storage.ts'
 import { databaseUrl } from './net.ts'
+import { nodeWebhookSender } from '../../local/webhook-sender.ts'
+import { type DrainOptions, drainWebhooks } from '../../functions/lib/webhooks.ts'
 
 export const JWT_SECRET = 'test-jwt-secret-that-is-long-enough-for-hs256'
 export const WORKER_SECRET = 'test-worker-secret'
@@ -47,6 +49,8 @@ export interface WorldOptions {
   realtimePrivateOnly?: boolean
   /** The local storage server's PUT timeouts and the age at which the worker sweeps partial files. */
   storage?: { idleTimeoutMs?: number; putDeadlineMs?: number; incompleteAfterMs?: number }
+  /** WEBHOOK_ALLOW_PRIVATE of the app and of the world's webhook sender. Default false, as in production. */
+  webhookAllowPrivate?: boolean
 }
 
 export async function startWorld(options: WorldOptions = {}) {
@@ -67,7 +71,12 @@ export async function startWorld(options: WorldOptions = {}) {
   let publicUrl = 'http://api.test'
   let server: ServerType | null = null
   const storage = localStorage({ dir: storageDir, get publicUrl() { return publicUrl }, jwtSecret: JWT_SECRET, sql, ...options.storage })
-  const app = createApp({ sql, publicUrl: 'http://api.test', jwtSecret: JWT_SECRET, upgradeUrl: 'https://todo.test/upgrade', storage, workerSecret: WORKER_SECRET })
+  const webhookAllowPrivate = options.webhookAllowPrivate ?? false
+  const webhookSender = nodeWebhookSender({ allowPrivate: webhookAllowPrivate })
+  const app = createApp({
+    sql, publicUrl: 'http://api.test', jwtSecret: JWT_SECRET, upgradeUrl: 'https://todo.test/upgrade', storage, workerSecret: WORKER_SECRET,
+    webhookAllowPrivate, webhookSender, webhookDrain: { scheduleMs: [200, 400, 800], giveUpAfterMs: 60_000 },
+  })
   app.route('/', storage.routes)
   const baseUrl = await new Promise<string>((resolve) => {
     server = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0 }, (info) => resolve(`http://127.0.0.1:${info.port}`))
@@ -126,8 +135,11 @@ export async function startWorld(options: WorldOptions = {}) {
     storageDir,
     /** One pass of the storage worker (stale uploads, queued file deletions). */
     maintain: (staleAfter?: string) => runStorageMaintenance(sql, storage, staleAfter),
+    /** One pass of the webhook worker with this world's sender (WEBHOOK_ALLOW_PRIVATE as the world's). */
+    drainWebhooks: (drain?: DrainOptions) => drainWebhooks(sql, webhookSender, drain),
     async close() {
       await realtime.close()
+      await webhookSender.close()
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()))
       await sql.end({ timeout: 5 })
       await admin.unsafe(`drop database if exists ${name} with (force)`)

@@ -3,6 +3,7 @@
 import { createApp } from '../../../functions/app.ts'
 import { createSql, statementTimeoutFrom } from '../../../functions/lib/sql.ts'
 import { supabaseStorage } from '../../../functions/lib/supabase-storage.ts'
+import { denoWebhookSender } from './webhook-sender.ts'
 
 function env(name: string): string | undefined {
   const value = Deno.env.get(name)
@@ -46,7 +47,17 @@ const storage = supabaseStorage({
 // pg_cron calls POST /api/internal/maintenance with this secret (docs/deploy.md).
 const workerSecret = env('WORKER_SECRET')
 
-const app = createApp({ sql, publicUrl, jwtSecret, upgradeUrl, storage, workerSecret }, { basePath: '/api' })
+// Supabase Cron calls POST /api/internal/webhooks every 5 seconds with the same secret; the
+// Deno sender resolves and checks addresses but cannot pin them (webhook-sender.ts).
+const webhookAllowPrivate = env('WEBHOOK_ALLOW_PRIVATE') === '1'
+const webhookSender = denoWebhookSender({ allowPrivate: webhookAllowPrivate })
+
+const app = createApp(
+  // An invocation claims new batches for at most 50 s (pg_net waits 55 s for its answer), well
+  // within the edge runtime's 150 s wall clock even with a 15 s delivery under way.
+  { sql, publicUrl, jwtSecret, upgradeUrl, storage, workerSecret, webhookAllowPrivate, webhookSender, webhookDrain: { budgetMs: 50_000 } },
+  { basePath: '/api' },
+)
 
 // PORT only for running it by hand or in test/deno.test.ts; the platform picks its own.
 const port = env('PORT')

@@ -1,0 +1,242 @@
+// The webhook worker, the same on both platforms: claims due deliveries from the outbox
+// (app.webhook_deliveries, written by the todo trigger), signs them the Standard Webhooks way,
+// sends them through a platform's sender, and records each attempt in the same transaction.
+//
+// At least once, never twice at once: app.take_webhook_deliveries locks the claimed rows
+// (`for update skip locked`) in a transaction that stays open while they are sent, so another
+// worker skips them; a worker killed mid-delivery loses its connection, its lock and its
+// uncommitted record, and the delivery is due again with the same webhook-id.
+//
+// `npm start` runs it right after each todo its API creates and every second (local/start.ts,
+// local/webhook-runner.ts, with the Node sender that pins vetted addresses); on Supabase, pg_cron + pg_net call POST /internal/webhooks every 5 seconds
+// (supabase/functions/api, with the Deno sender). Runtime-neutral: Web Crypto and ipaddr.js only.
+import ipaddr from 'ipaddr.js'
+import type { Sql, TransactionSql } from 'postgres'
+
+/** What a sender is asked to POST. */
+export interface OutgoingWebhook {
+  url: string
+  headers: Record<string, string>
+  body: string
+  /** The whole exchange, connect to last header, must finish within this. */
+  timeoutMs: number
+}
+
+/** What came back: a status, or no status and why (refused address, timeout, connection error). */
+export interface WebhookResponse {
+  status: number | null
+  /** The Retry-After header of a 429 or 503, as sent. */
+  retryAfter?: string | null
+  error?: string
+}
+
+/** Sends one webhook; never throws (an exception is a failed attempt with its message). */
+export type WebhookSender = (request: OutgoingWebhook) => Promise<WebhookResponse>
+
+/** The Standard Webhooks retry schedule after the first attempt: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h. */
+export const RETRY_SCHEDULE_MS = [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000]
+/** A delivery still failing this long after its first attempt is given up (and its subscription disabled). */
+export const GIVE_UP_AFTER_MS = 3 * 24 * 3_600_000
+/** The timeout of one attempt. */
+export const DELIVERY_TIMEOUT_MS = 15_000
+/** The longest wait a Retry-After gets (the schedule's longest step); asking for more is not honoured. */
+export const MAX_RETRY_AFTER_MS = 36_000_000
+/** At most this much of a response body is read (and thrown away); the rest is not waited for. */
+export const MAX_RESPONSE_BYTES = 64 * 1024
+
+export interface DrainOptions {
+  /** Deliveries claimed per transaction (sent concurrently). */
+  batch?: number
+  /** Transactions (each with its own claimed batch) at once. */
+  lanes?: number
+  /** Retry delays after each failed attempt; the last repeats until giveUpAfterMs. Tests shorten it. */
+  scheduleMs?: number[]
+  giveUpAfterMs?: number
+  timeoutMs?: number
+  /** Stop claiming new batches after this long (an edge function has a wall-clock limit). */
+  budgetMs?: number
+  /** Fraction of each delay added or taken at random (0.1: ±10 %), so retries of a burst spread out. */
+  jitter?: number
+}
+
+export interface DrainResult {
+  delivered: number
+  retrying: number
+  failed: number
+}
+
+// ---------------------------------------------------------------------------------------------
+// Addresses: only public unicast, unless WEBHOOK_ALLOW_PRIVATE=1
+// ---------------------------------------------------------------------------------------------
+
+/**
+ * Whether an IP address is public unicast. IPv4-mapped IPv6 (::ffff:127.0.0.1) is judged as the
+ * IPv4 address it is; NAT64, 6to4 and Teredo prefixes (which embed an IPv4 address) are not
+ * 'unicast' in ipaddr.js and are refused, as are loopback, private, link-local (cloud metadata
+ * 169.254.169.254), carrier-grade NAT, multicast, reserved and unspecified (0.0.0.0, ::).
+ */
+export function isPublicAddress(address: string): boolean {
+  const bare = address.replace(/^\[|\]$/g, '').replace(/%.*$/, '')
+  if (!ipaddr.isValid(bare)) return false
+  return ipaddr.process(bare).range() === 'unicast'
+}
+
+/** The URL's host when it is an IP literal (the WHATWG parser has already turned 2130706433 or 0177.0.0.1 into dotted form). */
+export function ipLiteralOf(url: URL): string | null {
+  const host = url.hostname.replace(/^\[|\]$/g, '')
+  return ipaddr.isValid(host) && (host.includes(':') || ipaddr.IPv4.isValidFourPartDecimal(host)) ? host : null
+}
+
+/**
+ * Why a subscription URL is not acceptable, or null. Absolute https only; plain http and
+ * private IP literals only with allowPrivate. No credentials in the URL (they would be sent
+ * as a header to whoever the host is). Host names are checked when delivering, where they resolve.
+ */
+export function subscriptionUrlProblem(value: string, allowPrivate: boolean): string | null {
+  let url: URL
+  try {
+    url = new URL(value)
+  } catch {
+    return 'url must be an absolute https URL.'
+  }
+  if (url.protocol !== 'https:' && !(allowPrivate && url.protocol === 'http:')) return 'url must be an absolute https URL.'
+  if (url.username || url.password) return 'url must not contain a user name or password.'
+  if (value.length > 2048) return 'url may be at most 2048 characters.'
+  const literal = ipLiteralOf(url)
+  if (literal && !allowPrivate && !isPublicAddress(literal)) return `url must point to a public address; ${literal} is not one.`
+  return null
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signing: Standard Webhooks (https://www.standardwebhooks.com), verified by the npm package
+// ---------------------------------------------------------------------------------------------
+
+function base64(bytes: Uint8Array): string {
+  let binary = ''
+  for (const b of bytes) binary += String.fromCharCode(b)
+  return btoa(binary)
+}
+
+/** `v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">` with the whsec_ secret's key bytes. */
+export async function signWebhook(secret: string, id: string, timestampSeconds: number, body: string): Promise<string> {
+  const keyBytes = Uint8Array.from(atob(secret.replace(/^whsec_/, '')), (c) => c.charCodeAt(0))
+  const key = await crypto.subtle.importKey('raw', keyBytes, { name: 'HMAC', hash: 'SHA-256' }, false, ['sign'])
+  const mac = await crypto.subtle.sign('HMAC', key, new TextEncoder().encode(`${id}.${timestampSeconds}.${body}`))
+  return `v1,${base64(new Uint8Array(mac))}`
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retries
+// ---------------------------------------------------------------------------------------------
+
+/** Seconds a Retry-After header asks for (delta-seconds or an HTTP date), or null. */
+export function retryAfterMs(header: string | null | undefined, now = Date.now()): number | null {
+  if (!header) return null
+  const trimmed = header.trim()
+  if (/^\d+$/.test(trimmed)) return Number(trimmed) * 1000
+  const at = Date.parse(trimmed)
+  return Number.isNaN(at) ? null : Math.max(0, at - now)
+}
+
+/**
+ * When to try again after the `attempt`-th failed attempt (1-based), or null to give up: the
+ * schedule's delay with jitter, or what Retry-After asks when that is later (capped at
+ * MAX_RETRY_AFTER_MS, 10 h); null once the next try would fall after giveUpAfterMs since the first.
+ */
+export function nextAttemptAt(
+  attempt: number,
+  firstAttemptAt: number,
+  now: number,
+  response: WebhookResponse,
+  options: Required<Pick<DrainOptions, 'scheduleMs' | 'giveUpAfterMs' | 'jitter'>>,
+): Date | null {
+  const schedule = options.scheduleMs
+  const step = schedule[Math.min(attempt - 1, schedule.length - 1)] ?? 0
+  let delay = step * (1 + (Math.random() * 2 - 1) * options.jitter)
+  if (response.status === 429 || response.status === 503) {
+    const asked = retryAfterMs(response.retryAfter, now)
+    if (asked !== null) delay = Math.max(delay, Math.min(asked, MAX_RETRY_AFTER_MS))
+  }
+  const at = now + delay
+  return at - firstAttemptAt > options.giveUpAfterMs ? null : new Date(at)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The drain
+// ---------------------------------------------------------------------------------------------
+
+interface Claimed {
+  subscription_id: string
+  todo_id: string
+  webhook_id: string
+  url: string
+  secret: string
+  body: string
+  attempts: number
+  first_attempt_at: Date | null
+}
+
+/** Sends every due delivery (until none is due or the budget is spent) and records the outcomes. */
+export async function drainWebhooks(sql: Sql, send: WebhookSender, options: DrainOptions = {}): Promise<DrainResult> {
+  const batch = options.batch ?? 10
+  const lanes = options.lanes ?? 2
+  const timing = {
+    scheduleMs: options.scheduleMs ?? RETRY_SCHEDULE_MS,
+    giveUpAfterMs: options.giveUpAfterMs ?? GIVE_UP_AFTER_MS,
+    jitter: options.jitter ?? 0.1,
+  }
+  const timeoutMs = options.timeoutMs ?? DELIVERY_TIMEOUT_MS
+  const deadline = Date.now() + (options.budgetMs ?? Number.POSITIVE_INFINITY)
+  const result: DrainResult = { delivered: 0, retrying: 0, failed: 0 }
+
+  async function deliver(tx: TransactionSql, row: Claimed): Promise<void> {
+    const timestamp = Math.floor(Date.now() / 1000)
+    let response: WebhookResponse
+    try {
+      response = await send({
+        url: row.url,
+        body: row.body,
+        timeoutMs,
+        headers: {
+          'content-type': 'application/json',
+          'user-agent': 'todo-sharing-webhooks/1',
+          'webhook-id': row.webhook_id,
+          'webhook-timestamp': String(timestamp),
+          'webhook-signature': await signWebhook(row.secret, row.webhook_id, timestamp, row.body),
+        },
+      })
+    } catch (err) {
+      response = { status: null, error: (err as Error).message }
+    }
+    const now = Date.now()
+    const ok = response.status !== null && response.status >= 200 && response.status <= 299
+    let retryAt: Date | null = null
+    let disable: string | null = null
+    if (!ok) {
+      if (response.status === 410) disable = 'the receiver answered 410 Gone'
+      else {
+        retryAt = nextAttemptAt(row.attempts + 1, row.first_attempt_at?.getTime() ?? now, now, response, timing)
+        if (!retryAt) disable = 'deliveries failed for about three days'
+      }
+    }
+    const error = ok ? null : (response.error ?? `the receiver answered ${response.status}`)
+    await tx`select app.record_webhook_attempt(${row.subscription_id}::uuid, ${row.todo_id}::uuid, ${response.status}::integer, ${error}::text, ${retryAt}::timestamptz, ${disable}::text)`
+    if (ok) result.delivered++
+    else if (retryAt) result.retrying++
+    else result.failed++
+  }
+
+  async function lane(): Promise<void> {
+    while (Date.now() < deadline) {
+      const taken = await sql.begin(async (tx) => {
+        const rows = await tx<Claimed[]>`select * from app.take_webhook_deliveries(${batch})`
+        await Promise.all(rows.map((row) => deliver(tx, row)))
+        return rows.length
+      })
+      if (taken < batch) return
+    }
+  }
+
+  await Promise.all(Array.from({ length: lanes }, () => lane()))
+  return result
+}

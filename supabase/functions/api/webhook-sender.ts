@@ -1,0 +1,62 @@
+// The Deno sender of webhooks (the edge function's POST /internal/webhooks).
+//
+// Deno's fetch has no DNS hook (denoland/deno#17165), so the address cannot be pinned as the
+// Node sender pins it. What is done instead: resolve the host with Deno.resolveDns (A and
+// AAAA), refuse unless every address is public unicast, check IP literals the same way, then
+// fetch with redirects off. The remaining window: fetch resolves the name again, so a host
+// whose DNS answers a public address to our check and a private one a moment later (DNS
+// rebinding with a zero TTL) can still reach a private address from the edge runtime.
+// docs/security.md ("Webhooks and SSRF") says when that matters and how to close it (deliver
+// from Node with `npm run webhook-worker`, which pins the vetted address).
+import { MAX_RESPONSE_BYTES, type OutgoingWebhook, type WebhookResponse, type WebhookSender, ipLiteralOf, isPublicAddress } from '../../../functions/lib/webhooks.ts'
+
+const BODY_GRACE_MS = 1_000
+
+async function resolveAll(hostname: string): Promise<string[]> {
+  const answers = await Promise.allSettled([Deno.resolveDns(hostname, 'A'), Deno.resolveDns(hostname, 'AAAA')])
+  return answers.flatMap((a) => (a.status === 'fulfilled' ? a.value : []))
+}
+
+/** Reads at most MAX_RESPONSE_BYTES of the body for at most a second, then lets go of it. */
+async function drain(response: Response): Promise<void> {
+  const reader = response.body?.getReader()
+  if (!reader) return
+  const deadline = Date.now() + BODY_GRACE_MS
+  let read = 0
+  try {
+    while (read < MAX_RESPONSE_BYTES && Date.now() < deadline) {
+      const chunk = await Promise.race([reader.read(), new Promise<null>((r) => setTimeout(() => r(null), Math.max(0, deadline - Date.now())))])
+      if (!chunk || chunk.done) break
+      read += chunk.value.byteLength
+    }
+  } finally {
+    await reader.cancel().catch(() => {})
+  }
+}
+
+export function denoWebhookSender(options: { allowPrivate: boolean }): WebhookSender {
+  return async (webhook: OutgoingWebhook): Promise<WebhookResponse> => {
+    let url: URL
+    try {
+      url = new URL(webhook.url)
+    } catch {
+      return { status: null, error: 'the URL is not valid' }
+    }
+    if (!options.allowPrivate) {
+      const literal = ipLiteralOf(url)
+      const addresses = literal ? [literal] : await resolveAll(url.hostname)
+      if (addresses.length === 0) return { status: null, error: `${url.hostname} does not resolve` }
+      const refused = addresses.find((a) => !isPublicAddress(a))
+      if (refused) return { status: null, error: `refused: ${url.hostname} resolves to ${refused}, which is not a public address` }
+    }
+    const signal = AbortSignal.timeout(webhook.timeoutMs)
+    try {
+      const response = await fetch(url, { method: 'POST', headers: webhook.headers, body: webhook.body, redirect: 'manual', signal })
+      await drain(response)
+      return { status: response.status, retryAfter: response.headers.get('retry-after') }
+    } catch (err) {
+      if (signal.aborted) return { status: null, error: `no answer within ${webhook.timeoutMs} ms` }
+      return { status: null, error: (err as Error).message || String(err) }
+    }
+  }
+}

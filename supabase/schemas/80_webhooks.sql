@@ -1,0 +1,476 @@
+-- Webhooks: subscriptions, the outbox of deliveries, and what the worker calls.
+--
+-- A member's integration subscribes to `new_todo`; a subscription receives its owner's new
+-- todos (all of them, or those mentioning one of `project_ids`). The todo's creating
+-- transaction writes one outbox row per matching subscription (a deferred trigger, so nothing
+-- is lost and nothing is sent for a rolled-back todo); the worker (functions/lib/webhooks.ts)
+-- claims rows with `for update skip locked`, signs and sends them, and records each attempt.
+
+-- Function bodies are not checked here: they call functions of later files (the renderers
+-- of 70_rendering.sql) and sections. They are the bodies the migrations created and checked,
+-- as test/schema.test.ts proves.
+set check_function_bodies = off;
+
+-- ============================================================================
+-- Tables
+-- ============================================================================
+create table app.webhook_subscriptions (
+  id              uuid primary key default gen_random_uuid(),
+  user_id         uuid not null references app.users(id) on delete cascade,
+  url             text not null constraint webhook_subscriptions_url_check check (url ~ '^https?://' and length(url) <= 2048),
+  event_type      text not null default 'new_todo' constraint webhook_subscriptions_event_type_check check (event_type = 'new_todo'),
+  project_ids     uuid[] not null default '{}' constraint webhook_subscriptions_project_ids_check check (cardinality(project_ids) <= 20),
+  active          boolean not null default true,
+  disabled_reason text,
+  created_at      timestamptz not null default now(),
+  updated_at      timestamptz not null default now()
+);
+comment on table app.webhook_subscriptions is
+  'A member''s webhook subscription (SPEC "Webhook subscriptions"): new todos of user_id go to url, all of them when project_ids is empty, else those mentioning one of project_ids. The signing secret lives apart, in app.webhook_secrets, so no member''s grant ever reaches it.';
+comment on column app.webhook_subscriptions.project_ids is
+  'Projects the subscription narrows to (empty: all). Checked visible to the owner when written; an array, not a join table, because a scoped subscription must never widen to "all projects" if its projects disappear.';
+comment on column app.webhook_subscriptions.active is
+  'False once deliveries failed for about three days or the receiver answered 410 Gone (disabled_reason says which); the owner turns it back on with PATCH active=true. Inactive subscriptions get no new deliveries.';
+create index webhook_subscriptions_user_id_idx on app.webhook_subscriptions (user_id, created_at, id);
+
+create table app.webhook_secrets (
+  subscription_id uuid primary key references app.webhook_subscriptions(id) on delete cascade,
+  secret          text not null
+);
+comment on table app.webhook_secrets is
+  'The Standard Webhooks signing secret (whsec_ + base64 of 32 random bytes) of each subscription. Retrievable, unlike API keys, because the worker signs with it; shown to the member once, in the create response. RLS on and no grant: only the database owner (the worker) and security definer functions read it.';
+
+create table app.webhook_events (
+  todo_id    uuid primary key references app.todos(id) on delete cascade,
+  payload    jsonb not null,
+  created_at timestamptz not null default now()
+);
+comment on table app.webhook_events is
+  'The body every delivery of a new todo sends ({type, timestamp, data: the Todo as its owner saw it at creation}), stored once per todo however many subscriptions match: three copies of a 2–3 KB document cost a subscribed member''s POST more than everything else the outbox does (docs/performance.md). Gone with its todo.';
+
+create table app.webhook_deliveries (
+  subscription_id  uuid references app.webhook_subscriptions(id) on delete cascade,
+  todo_id          uuid references app.webhook_events(todo_id) on delete cascade,
+  status           text not null default 'pending' constraint webhook_deliveries_status_check check (status in ('pending', 'delivered', 'failed')),
+  attempts         integer not null default 0,
+  next_attempt_at  timestamptz default now(),
+  first_attempt_at timestamptz,
+  last_attempt_at  timestamptz,
+  last_status      integer,
+  last_error       text,
+  created_at       timestamptz not null default now(),
+  delivered_at     timestamptz,
+  constraint webhook_deliveries_pkey primary key (subscription_id, todo_id)
+);
+comment on table app.webhook_deliveries is
+  'The outbox and the delivery log: one row per (subscription, new todo), written in the todo''s transaction; the body is the todo''s app.webhook_events row, so every retry sends the same bytes. Keyed by (subscription, todo), no surrogate id: one index less on the write path; webhook-id is app.webhook_id of the pair. status pending → delivered (2xx) or failed (410, or about three days of failures).';
+comment on column app.webhook_deliveries.next_attempt_at is
+  'When the worker may try next (null once delivered or failed): the Standard Webhooks schedule with jitter, or later when the receiver asked with Retry-After.';
+create index webhook_deliveries_todo_id_idx on app.webhook_deliveries (todo_id);
+create index webhook_deliveries_due_idx on app.webhook_deliveries (next_attempt_at) where (status = 'pending');
+
+-- ============================================================================
+-- Helpers
+-- ============================================================================
+create function app.webhook_id(subscription_id uuid, todo_id uuid)
+returns text
+language sql
+immutable
+parallel safe
+set search_path = ''
+as $$
+  select 'msg_' || md5(subscription_id::text || todo_id::text)
+$$;
+comment on function app.webhook_id(uuid, uuid) is
+  'The webhook-id header of a delivery (Standard Webhooks: the same on every retry, so receivers deduplicate on it), derived from its key; the operator CLI shows it as the delivery''s id.';
+
+create function app.webhook_subscription_json(s app.webhook_subscriptions)
+returns jsonb
+language sql
+immutable
+set search_path = ''
+as $$
+  select jsonb_build_object(
+    'id', app.to_public_id('hook', s.id),
+    'url', s.url,
+    'event_type', s.event_type,
+    'project_ids', to_jsonb(array(select app.to_public_id('proj', p) from unnest(s.project_ids) with ordinality u(p, n) order by u.n)),
+    'active', s.active,
+    'created_at', s.created_at,
+    'updated_at', s.updated_at)
+$$;
+comment on function app.webhook_subscription_json(app.webhook_subscriptions) is
+  'A WebhookSubscription as the API renders it (SPEC fields plus `active`). Never the secret: that is added to the create response only.';
+grant execute on function app.webhook_subscription_json(app.webhook_subscriptions) to authenticated;
+
+create function app.webhook_project_ids(refs jsonb)
+returns uuid[]
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  viewer_id uuid := (select auth.uid());
+  refused text;
+begin
+  if refs is null then
+    return '{}';
+  end if;
+  select r.ref into refused
+  from jsonb_array_elements_text(refs) with ordinality r(ref, n)
+  where not exists (
+    select 1 from app.projects p
+    where p.id = app.from_public_id('proj', r.ref) and app.can_see_project(p.id, p.privacy, viewer_id))
+  order by r.n
+  limit 1;
+  if found then
+    perform app.http_error(422, format('project_ids: %s is not a project you can see (proj_ IDs only).', refused));
+  end if;
+  return array(
+    select d.id from (
+      select app.from_public_id('proj', r.ref) as id, min(r.n) as first
+      from jsonb_array_elements_text(refs) with ordinality r(ref, n) group by 1) d
+    order by d.first);
+end;
+$$;
+comment on function app.webhook_project_ids(jsonb) is
+  'The project_ids of a subscription request as uuids, in the given order without repeats, or 422 naming the first that is unknown or that the member cannot see (one answer for both, so a subscription cannot probe for private projects). Runs as the member: app.can_see_project is the same rule that decides mentioned_projects, so a subscription can only narrow to projects its deliveries could show.';
+grant execute on function app.webhook_project_ids(jsonb) to authenticated;
+
+create function app.new_webhook_secret(subscription_id uuid)
+returns text
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  secret text := 'whsec_' || encode(decode(
+    replace(gen_random_uuid()::text, '-', '') || replace(gen_random_uuid()::text, '-', ''), 'hex'), 'base64');
+begin
+  if not exists (select 1 from app.webhook_subscriptions s
+                 where s.id = new_webhook_secret.subscription_id and s.user_id = (select auth.uid())) then
+    perform app.http_error(404, 'No webhook subscription matches.');
+  end if;
+  insert into app.webhook_secrets (subscription_id, secret) values (new_webhook_secret.subscription_id, secret);
+  return secret;
+end;
+$$;
+comment on function app.new_webhook_secret(uuid) is
+  'Creates and returns the signing secret of the member''s own new subscription (once: a second call hits the primary key). 32 bytes from two gen_random_uuid() (pg_strong_random; 244 random bits), base64, whsec_ prefix as Standard Webhooks expects. Security definer because members have no grant on app.webhook_secrets.';
+grant execute on function app.new_webhook_secret(uuid) to authenticated;
+
+create function app.take_webhook_deliveries(batch integer)
+returns table (subscription_id uuid, todo_id uuid, webhook_id text, url text, secret text, body text, attempts integer, first_attempt_at timestamptz)
+language sql
+volatile
+security definer
+set search_path = ''
+as $$
+  select d.subscription_id, d.todo_id, app.webhook_id(d.subscription_id, d.todo_id), s.url, k.secret, e.payload::text, d.attempts, d.first_attempt_at
+  from app.webhook_deliveries d
+  join app.webhook_events e on e.todo_id = d.todo_id
+  join app.webhook_subscriptions s on s.id = d.subscription_id
+  join app.webhook_secrets k on k.subscription_id = d.subscription_id
+  where d.status = 'pending' and d.next_attempt_at <= now() and s.active
+  order by d.next_attempt_at
+  limit batch
+  for update of d skip locked
+$$;
+comment on function app.take_webhook_deliveries(integer) is
+  'The worker''s claim: up to `batch` due deliveries, locked for the calling transaction (for update skip locked), so concurrent workers never send the same delivery at the same time. The worker keeps the transaction open while it sends and records the outcome in it: if the worker dies, the lock goes with its connection and the delivery is due again, with the same webhook-id (at least once).';
+
+create function app.record_webhook_attempt(subscription uuid, todo uuid, response_status integer, error text, retry_at timestamptz, disable_reason text)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  delivered boolean := response_status between 200 and 299;
+begin
+  update app.webhook_deliveries d
+     set attempts = d.attempts + 1,
+         first_attempt_at = coalesce(d.first_attempt_at, now()),
+         last_attempt_at = now(),
+         last_status = response_status,
+         last_error = case when delivered then null else left(error, 500) end,
+         status = case when delivered then 'delivered' when retry_at is null then 'failed' else 'pending' end,
+         next_attempt_at = case when delivered then null else retry_at end,
+         delivered_at = case when delivered then now() end
+   where d.subscription_id = subscription and d.todo_id = todo;
+  if not delivered and disable_reason is not null then
+    perform app.disable_webhook_subscription(subscription, disable_reason);
+  end if;
+end;
+$$;
+comment on function app.record_webhook_attempt(uuid, uuid, integer, text, timestamptz, text) is
+  'Records one attempt of a delivery the worker holds: 2xx delivered; otherwise pending again at retry_at, or failed when retry_at is null. disable_reason (410 Gone, or about three days of failures) turns the subscription off. The worker computes the schedule (functions/lib/webhooks.ts) so tests can shorten it.';
+
+create function app.disable_webhook_subscription(subscription uuid, reason text)
+returns void
+language sql
+volatile
+security definer
+set search_path = ''
+as $$
+  update app.webhook_subscriptions s
+     set active = false, disabled_reason = reason, updated_at = now()
+   where s.id = subscription and ((select auth.uid()) is null or s.user_id = (select auth.uid()));
+  update app.webhook_deliveries d
+     set status = 'failed', next_attempt_at = null, last_error = coalesce(d.last_error || '; ', '') || 'subscription disabled'
+   where d.subscription_id = subscription and d.status = 'pending'
+     and exists (select 1 from app.webhook_subscriptions s
+                 where s.id = subscription and ((select auth.uid()) is null or s.user_id = (select auth.uid())));
+$$;
+comment on function app.disable_webhook_subscription(uuid, text) is
+  'Turns a subscription off and fails its pending deliveries (a receiver that is gone gets nothing more). Called by the worker (no member: any subscription) on 410 and after about three days of failures, and by PATCH active=false (a member: only their own).';
+grant execute on function app.disable_webhook_subscription(uuid, text) to authenticated;
+
+-- ============================================================================
+-- Row-level security and grants
+-- ============================================================================
+-- app.webhook_subscriptions
+alter table app.webhook_subscriptions enable row level security;
+create policy "Members see their own webhook subscriptions" on app.webhook_subscriptions
+  for select to authenticated
+  using (user_id = (select auth.uid()));
+create policy "Members subscribe in their own name with a writing credential" on app.webhook_subscriptions
+  for insert to authenticated
+  with check (user_id = (select auth.uid()) and (select app.can_write()));
+create policy "Members edit their own webhook subscriptions with a writing credential" on app.webhook_subscriptions
+  for update to authenticated
+  using (user_id = (select auth.uid()))
+  with check (user_id = (select auth.uid()) and (select app.can_write()));
+create policy "Members delete their own webhook subscriptions with a writing credential" on app.webhook_subscriptions
+  for delete to authenticated
+  using (user_id = (select auth.uid()) and (select app.can_write()));
+grant select, delete on app.webhook_subscriptions to authenticated;
+grant insert (user_id, url, event_type, project_ids) on app.webhook_subscriptions to authenticated;
+grant update (url, event_type, project_ids, active, disabled_reason, updated_at) on app.webhook_subscriptions to authenticated;
+
+-- app.webhook_secrets
+alter table app.webhook_secrets enable row level security;
+-- No policy and no grant: members never read a secret; app.new_webhook_secret writes it.
+
+-- app.webhook_events
+alter table app.webhook_events enable row level security;
+-- No policy and no grant: the trigger writes, the worker reads.
+
+-- app.webhook_deliveries
+alter table app.webhook_deliveries enable row level security;
+-- No policy and no grant: the trigger writes, the worker and the operator CLI read.
+
+-- ============================================================================
+-- Triggers
+-- ============================================================================
+create function app.tg_todos__enqueue_webhooks()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  claims text;
+  rendered jsonb;
+  matching uuid[];
+begin
+  -- The whole cost for a member without subscriptions: one index probe.
+  if not exists (select 1 from app.webhook_subscriptions s where s.user_id = new.user_id and s.active) then
+    return null;
+  end if;
+  -- Rendered as its owner sees it: api.todo_create already rendered it so for its response,
+  -- after the last write of the transaction, and left it in app.created_todo (rendering it twice
+  -- doubled the cost of a subscribed member's POST). Any other writer (the operator's
+  -- create-todo) does not act for the owner, so the owner's claims are set for the rendering.
+  rendered := nullif(current_setting('app.created_todo', true), '')::jsonb;
+  if rendered is null or rendered ->> 'id' is distinct from app.to_public_id('todo', new.id) then
+    claims := current_setting('request.jwt.claims', true);
+    if (select auth.uid()) is distinct from new.user_id then
+      perform set_config('request.jwt.claims', jsonb_build_object('sub', new.user_id, 'role', 'authenticated')::text, true);
+    end if;
+    rendered := app.todos_json(array[new.id], false) -> 0;
+    perform set_config('request.jwt.claims', coalesce(claims, ''), true);
+  end if;
+  if rendered is null then
+    return null; -- deleted again before its transaction ended
+  end if;
+  select array_agg(s.id) into matching
+  from app.webhook_subscriptions s
+  where s.user_id = new.user_id and s.active
+    and (cardinality(s.project_ids) = 0 or exists (
+      select 1 from jsonb_array_elements(rendered -> 'mentioned_projects') mp
+      where app.from_public_id('proj', mp ->> 'id') = any (s.project_ids)));
+  if matching is null then
+    return null;
+  end if;
+  insert into app.webhook_events (todo_id, payload)
+  values (new.id, jsonb_build_object('type', 'new_todo', 'timestamp', new.created_at, 'data', rendered))
+  on conflict do nothing;
+  insert into app.webhook_deliveries (subscription_id, todo_id)
+  select m.id, new.id from unnest(matching) m(id)
+  on conflict do nothing;
+  return null;
+end;
+$$;
+comment on function app.tg_todos__enqueue_webhooks() is
+  'The webhook outbox: when a todo''s transaction commits, one delivery per active subscription of its owner whose project_ids are empty or meet the todo''s mentioned_projects (as the owner sees them). Deferred to commit, so the Todo is rendered once, complete (attachments are attached after the insert), and a rolled-back todo writes nothing. Security definer: members cannot write the outbox.';
+create constraint trigger _900_enqueue_webhooks after insert on app.todos
+  deferrable initially deferred
+  for each row execute function app.tg_todos__enqueue_webhooks();
+
+-- ============================================================================
+-- API functions
+-- ============================================================================
+create function api.webhook_subscription_list()
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select coalesce(jsonb_agg(app.webhook_subscription_json(s) order by s.created_at, s.id), '[]'::jsonb)
+  from app.webhook_subscriptions s
+  where s.user_id = (select auth.uid())
+$$;
+comment on function api.webhook_subscription_list() is
+  'GET /v1/webhooks/subscriptions: the member''s subscriptions, oldest first, a plain array (SPEC: not paginated; at most 20 exist). Needs a writing credential (functions/lib/access.ts): subscription URLs often carry the receiver''s own credential.';
+grant execute on function api.webhook_subscription_list() to authenticated;
+
+create function api.webhook_subscription_create(url text, event_type text, project_ids jsonb)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  member_id uuid := (select auth.uid());
+  projects uuid[];
+  created app.webhook_subscriptions;
+begin
+  if event_type is distinct from 'new_todo' then
+    perform app.http_error(422, 'event_type must be new_todo.');
+  end if;
+  projects := app.webhook_project_ids(project_ids);
+  -- One create of this member at a time, so concurrent requests cannot pass the cap together.
+  perform pg_advisory_xact_lock(hashtextextended('app.webhook_subscriptions ' || member_id::text, 0));
+  if (select count(*) from app.webhook_subscriptions s where s.user_id = member_id) >= 20 then
+    perform app.http_error(422, 'You have 20 webhook subscriptions, the most a member may have; delete one first.');
+  end if;
+  perform app.hit_rate_limit('webhook_subscription_create');
+  insert into app.webhook_subscriptions (user_id, url, event_type, project_ids)
+  values (member_id, url, event_type, projects)
+  returning * into created;
+  return app.webhook_subscription_json(created) || jsonb_build_object('secret', app.new_webhook_secret(created.id));
+end;
+$$;
+comment on function api.webhook_subscription_create(text, text, jsonb) is
+  'POST /v1/webhooks/subscriptions: 201 with the signing secret, shown only here. The URL is checked by the HTTP layer (absolute https; http only with WEBHOOK_ALLOW_PRIVATE=1); here event_type (422), project_ids (422 unknown or not visible), the cap of 20 per member (422, under a per-member lock), then the rate limit (webhook_subscription_create, 429).';
+grant execute on function api.webhook_subscription_create(text, text, jsonb) to authenticated;
+
+create function api.webhook_subscription_update(subscription_ref text, url text, event_type text, project_ids jsonb, active boolean)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  target app.webhook_subscriptions;
+  projects uuid[];
+begin
+  select * into target from app.webhook_subscriptions s
+  where s.id = app.from_public_id('hook', subscription_ref) and s.user_id = (select auth.uid());
+  if target.id is null then
+    perform app.http_error(404, 'No webhook subscription matches.');
+  end if;
+  if event_type is not null and event_type <> 'new_todo' then
+    perform app.http_error(422, 'event_type must be new_todo.');
+  end if;
+  if project_ids is not null then
+    projects := app.webhook_project_ids(project_ids);
+  end if;
+  update app.webhook_subscriptions s
+     set url = coalesce(webhook_subscription_update.url, s.url),
+         event_type = coalesce(webhook_subscription_update.event_type, s.event_type),
+         project_ids = coalesce(projects, s.project_ids),
+         active = coalesce(webhook_subscription_update.active, s.active),
+         disabled_reason = case when coalesce(webhook_subscription_update.active, s.active) then null else s.disabled_reason end,
+         updated_at = now()
+   where s.id = target.id
+  returning * into target;
+  if target.active is false and active is false then
+    perform app.disable_webhook_subscription(target.id, 'turned off by its owner');
+    select * into target from app.webhook_subscriptions s where s.id = target.id;
+  end if;
+  return app.webhook_subscription_json(target);
+end;
+$$;
+comment on function api.webhook_subscription_update(text, text, text, jsonb, boolean) is
+  'PATCH /v1/webhooks/subscriptions/{id}: every field optional (null: unchanged); project_ids [] means all projects; active=true turns a disabled subscription back on, active=false off (its pending deliveries fail). 404 for another member''s or an unknown id.';
+grant execute on function api.webhook_subscription_update(text, text, text, jsonb, boolean) to authenticated;
+
+create function api.webhook_subscription_delete(subscription_ref text)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  delete from app.webhook_subscriptions s
+  where s.id = app.from_public_id('hook', subscription_ref) and s.user_id = (select auth.uid());
+  if not found then
+    perform app.http_error(404, 'No webhook subscription matches.');
+  end if;
+end;
+$$;
+comment on function api.webhook_subscription_delete(text) is
+  'DELETE /v1/webhooks/subscriptions/{id}: 204; its secret and delivery log go with it (on delete cascade), so nothing more is sent. 404 for another member''s or an unknown id.';
+grant execute on function api.webhook_subscription_delete(text) to authenticated;
+
+-- ============================================================================
+-- Production: Supabase Cron drains the outbox
+-- ============================================================================
+create function app.schedule_webhook_worker()
+returns text
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  if not exists (select 1 from pg_extension where extname = 'pg_cron')
+     or not exists (select 1 from pg_extension where extname = 'pg_net') then
+    raise exception 'pg_cron and pg_net are needed: enable both (Supabase Dashboard, Integrations: Cron), then call app.schedule_webhook_worker() again';
+  end if;
+  perform cron.schedule('todo-webhook-deliveries', '5 seconds', $job$
+    select net.http_post(
+      url := (select decrypted_secret from vault.decrypted_secrets where name = 'todo_api_url') || '/internal/webhooks',
+      headers := jsonb_build_object('Authorization', 'Bearer ' || (select decrypted_secret from vault.decrypted_secrets where name = 'todo_worker_secret')),
+      timeout_milliseconds := 55000)
+    where exists (select 1 from vault.decrypted_secrets where name = 'todo_api_url')
+      and exists (select 1 from vault.decrypted_secrets where name = 'todo_worker_secret')
+  $job$);
+  return 'todo-webhook-deliveries';
+end;
+$$;
+comment on function app.schedule_webhook_worker() is
+  'Schedules (or reschedules: cron.schedule replaces a job of the same name) the Supabase Cron job that wakes the edge function''s webhook worker every 5 seconds with pg_net (waiting up to 55 s for it, longer than one call drains: 50 s): POST <todo_api_url>/internal/webhooks with Bearer <todo_worker_secret>, both read from Supabase Vault at each run, so no secret is written into a migration; it posts nothing until both are stored (docs/deploy.md). pg_net only wakes the worker: retries, signatures and the delivery log are the worker''s. Not granted to members: the database owner runs it.';
+
+-- Where pg_cron and pg_net are already enabled (a Supabase project that uses Cron), the job is
+-- scheduled at once; elsewhere (and locally, where `npm start` runs the worker on a timer) this
+-- does nothing, and the operator calls app.schedule_webhook_worker() after enabling them. A
+-- cron job is a row of cron.job, not schema: test/schema.test.ts compares the function, not the
+-- job, and both sides (migrations, schema files) run this same block.
+do $do$
+begin
+  if exists (select 1 from pg_extension where extname = 'pg_cron')
+     and exists (select 1 from pg_extension where extname = 'pg_net') then
+    perform app.schedule_webhook_worker();
+  end if;
+end
+$do$;
+
+-- ============================================================================
+-- Execute only where granted above
+-- ============================================================================
+revoke execute on all functions in schema app, api from public;

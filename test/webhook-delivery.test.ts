@@ -1,0 +1,400 @@
+// Webhook delivery (issue 14, items 2–5): the outbox written in the todo's transaction, signed
+// Standard Webhooks deliveries to a real receiver on 127.0.0.1 verified with the npm
+// `standardwebhooks` package, project scoping, retries (500, a timeout, 429 Retry-After),
+// 410 and giving up disable the subscription, no redirects, at-least-once across a kill -9 of
+// a worker process, two workers never sending one delivery at once, and SSRF refusals.
+import { type ChildProcess, spawn } from 'node:child_process'
+import { Webhook } from 'standardwebhooks'
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { createSql } from '../functions/lib/sql.ts'
+import { drainWebhooks, isPublicAddress, signWebhook } from '../functions/lib/webhooks.ts'
+import { ROOT } from '../local/paths.ts'
+import { nodeWebhookSender } from '../local/webhook-sender.ts'
+import { WORKER_SECRET, type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+import { startReceiver } from './support/receiver.ts'
+
+type Receiver = Awaited<ReturnType<typeof startReceiver>>
+
+let world: TestWorld
+let receiver: Receiver
+let alice: CreatedUser
+let project: { id: string }
+const FAST = { scheduleMs: [300], giveUpAfterMs: 60_000, jitter: 0 }
+
+interface Delivery {
+  id: string
+  subscription_id: string
+  todo_id: string
+  status: 'pending' | 'delivered' | 'failed'
+  attempts: number
+  last_status: number | null
+  next_attempt_at: string | null
+}
+
+async function deliveries(user = 'alice'): Promise<Delivery[]> {
+  return (await world.admin<{ data: Delivery[] }>('webhook-deliveries', '--user', user)).data
+}
+
+/** A subscription of `user` to the receiver (path tells the tests' subscriptions apart). */
+async function subscribe(user: CreatedUser, path: string, projectIds?: string[]) {
+  const res = await world.post('/v1/webhooks/subscriptions', {
+    auth: user.api_key,
+    json: { url: `${receiver.url}${path}`, event_type: 'new_todo', ...(projectIds ? { project_ids: projectIds } : {}) },
+  })
+  expect(res.status, res.text).toBe(201)
+  return res.body as { id: string; secret: string }
+}
+
+async function unsubscribe(user: CreatedUser, id: string) {
+  await world.delete(`/v1/webhooks/subscriptions/${id}`, { auth: user.api_key })
+}
+
+async function postTodo(user: CreatedUser, body: string) {
+  const res = await world.post('/v1/todos', { auth: user.api_key, json: { body } })
+  expect(res.status, res.text).toBe(201)
+  return res.body as { id: string }
+}
+
+const answerOk = () => receiver.answer((_req, res) => { res.end('ok') })
+
+beforeAll(async () => {
+  world = await startWorld({ webhookAllowPrivate: true })
+  receiver = await startReceiver()
+  alice = await world.createUser('alice')
+  project = await world.admin('create-project', '--owner', 'alice', '--name', 'Alpha', '--hashtag', 'alpha')
+})
+// Each test starts with no subscription and an empty log, whatever the one before left.
+afterEach(async () => {
+  await world.sql`delete from app.webhook_subscriptions`
+  answerOk()
+})
+afterAll(async () => {
+  await receiver.close()
+  await world.close()
+})
+
+describe('the outbox', () => {
+  it('writes one delivery per matching subscription with the todo’s transaction, and none for a rolled-back todo', async () => {
+    const all = await subscribe(alice, '/outbox-all')
+    const scoped = await subscribe(alice, '/outbox-scoped', [project.id])
+    const plain = await postTodo(alice, 'no project here')
+    const tagged = await postTodo(alice, 'shipped #alpha today')
+    const rows = await world.sql`
+      select app.to_public_id('hook', d.subscription_id) as sub, app.to_public_id('todo', d.todo_id) as todo, e.payload
+      from app.webhook_deliveries d join app.webhook_events e on e.todo_id = d.todo_id order by d.created_at`
+    const pairs = rows.map((r) => `${r.sub} ${r.todo}`).sort()
+    expect(pairs).toEqual([`${all.id} ${plain.id}`, `${all.id} ${tagged.id}`, `${scoped.id} ${tagged.id}`].sort())
+    // The Todo as its owner sees it at creation, in the body that will be sent.
+    const owner = (await world.get(`/v1/todos/${tagged.id}`, { auth: alice.api_key })).body
+    const sent = rows.find((r) => r.todo === tagged.id)!.payload as { type: string; timestamp: string; data: unknown }
+    expect(sent.type).toBe('new_todo')
+    expect(Date.parse(sent.timestamp)).toBe(Date.parse(owner.created_at))
+    expect(sent.data).toEqual(owner)
+
+    // A todo whose transaction rolls back leaves nothing behind.
+    const before = rows.length
+    await world.sql.begin(async (tx) => {
+      await tx`insert into app.todos (user_id, body) values (${alice.id.replace(/^user_/, '').replace(/(.{8})(.{4})(.{4})(.{4})(.{12})/, '$1-$2-$3-$4-$5')}, 'never happened')`
+      await tx`select 1/0`
+    }).catch(() => {})
+    expect((await world.sql`select count(*)::int as n from app.webhook_deliveries`)[0]!.n).toBe(before)
+    // One stored body per todo, however many subscriptions it went to.
+    expect((await world.sql`select count(*)::int as n from app.webhook_events`)[0]!.n).toBe(2)
+    await unsubscribe(alice, all.id)
+    await unsubscribe(alice, scoped.id)
+  })
+})
+
+describe('delivery', () => {
+  it('POSTs the signed event; standardwebhooks verifies it; the log says delivered (through POST /internal/webhooks)', async () => {
+    answerOk()
+    const sub = await subscribe(alice, '/signed')
+    const todo = await postTodo(alice, 'signed and delivered')
+    const start = receiver.received.length
+    const drained = await world.post('/internal/webhooks', { headers: { authorization: `Bearer ${WORKER_SECRET}` } })
+    expect(drained.status).toBe(200)
+    expect(drained.body).toMatchObject({ delivered: 1 })
+    const [request] = (await receiver.waitFor(start + 1)).slice(start)
+    expect(request!.path).toBe('/signed')
+    expect(request!.headers['content-type']).toBe('application/json')
+    expect(request!.headers['webhook-id']).toMatch(/^msg_[0-9a-f]{32}$/)
+    const verified = new Webhook(sub.secret).verify(request!.body, request!.headers) as { type: string; data: { id: string; body: string } }
+    expect(verified.type).toBe('new_todo')
+    expect(verified.data).toMatchObject({ id: todo.id, body: 'signed and delivered' })
+    // Another secret, or a changed body, does not verify.
+    const other = new Webhook(`whsec_${Buffer.alloc(32, 7).toString('base64')}`)
+    expect(() => other.verify(request!.body, request!.headers)).toThrow()
+    expect(() => new Webhook(sub.secret).verify(request!.body.replace('signed', 'forged'), request!.headers)).toThrow()
+    const [log] = await deliveries()
+    expect(log).toEqual({ id: request!.headers['webhook-id'], subscription_id: sub.id, todo_id: todo.id, status: 'delivered', attempts: 1, last_status: 200, next_attempt_at: null })
+    // The route is off without the worker secret.
+    expect((await world.post('/internal/webhooks', { headers: { authorization: 'Bearer wrong' } })).status).toBe(404)
+    await unsubscribe(alice, sub.id)
+  })
+
+  it('the signature is the Standard Webhooks one (our HMAC equals the package’s)', async () => {
+    const secret = `whsec_${Buffer.alloc(32, 1).toString('base64')}`
+    const ours = await signWebhook(secret, 'msg_1', 1700000000, '{"a":1}')
+    expect(ours).toBe(new Webhook(secret).sign('msg_1', new Date(1700000000 * 1000), '{"a":1}'))
+  })
+
+  it('only todos of the subscription’s projects reach a scoped subscription', async () => {
+    answerOk()
+    const scoped = await subscribe(alice, '/scoped', [project.id])
+    const start = receiver.received.length
+    await postTodo(alice, 'nothing to do with a project')
+    const tagged = await postTodo(alice, 'more #alpha work')
+    await world.drainWebhooks(FAST)
+    const got = receiver.received.slice(start)
+    expect(got.map((r) => JSON.parse(r.body).data.id)).toEqual([tagged.id])
+    await unsubscribe(alice, scoped.id)
+  })
+
+  it('retries after a 500 and after a timeout, with the same webhook-id, then delivers', async () => {
+    const sub = await subscribe(alice, '/flaky')
+    let calls = 0
+    receiver.answer((_req, res) => {
+      calls++
+      if (calls === 1) { res.statusCode = 500; res.end('boom'); return }
+      if (calls === 2) return // never answers: the attempt times out
+      res.end('ok')
+    })
+    const start = receiver.received.length
+    await postTodo(alice, 'third time lucky')
+    const options = { ...FAST, timeoutMs: 700 }
+    expect(await world.drainWebhooks(options)).toMatchObject({ retrying: 1 })
+    let [log] = await deliveries()
+    expect(log).toMatchObject({ status: 'pending', attempts: 1, last_status: 500 })
+    await new Promise((r) => setTimeout(r, 350))
+    expect(await world.drainWebhooks(options)).toMatchObject({ retrying: 1 })
+    ;[log] = await deliveries()
+    expect(log).toMatchObject({ status: 'pending', attempts: 2, last_status: null })
+    await new Promise((r) => setTimeout(r, 350))
+    expect(await world.drainWebhooks(options)).toMatchObject({ delivered: 1 })
+    ;[log] = await deliveries()
+    expect(log).toMatchObject({ status: 'delivered', attempts: 3, last_status: 200 })
+    const ids = receiver.received.slice(start).map((r) => r.headers['webhook-id'])
+    expect(ids).toHaveLength(3)
+    expect(new Set(ids).size).toBe(1)
+    await unsubscribe(alice, sub.id)
+  })
+
+  it('honours Retry-After on 429, and does not follow redirects', async () => {
+    const sub = await subscribe(alice, '/busy')
+    receiver.answer((_req, res) => { res.writeHead(429, { 'retry-after': '120' }).end() })
+    await postTodo(alice, 'later please')
+    const before = Date.now()
+    await world.drainWebhooks({ ...FAST, giveUpAfterMs: 3_600_000 })
+    const [log] = await deliveries()
+    expect(log).toMatchObject({ status: 'pending', last_status: 429 })
+    expect(Date.parse(log!.next_attempt_at!) - before).toBeGreaterThan(100_000)
+    await world.sql`update app.webhook_deliveries set next_attempt_at = now()`
+
+    const start = receiver.received.length
+    receiver.answer((req, res) => {
+      if (req.path === '/busy') res.writeHead(302, { location: `${receiver.url}/elsewhere` }).end()
+      else res.end('ok')
+    })
+    await world.drainWebhooks(FAST)
+    expect(receiver.received.slice(start).map((r) => r.path)).toEqual(['/busy'])
+    expect((await deliveries())[0]).toMatchObject({ status: 'pending', last_status: 302 })
+    await unsubscribe(alice, sub.id)
+  })
+
+  it('410 Gone disables the subscription (active false) and fails its deliveries; no new ones are written', async () => {
+    const sub = await subscribe(alice, '/gone')
+    receiver.answer((_req, res) => { res.statusCode = 410; res.end() })
+    await postTodo(alice, 'to a receiver that left')
+    await world.drainWebhooks(FAST)
+    expect((await deliveries())[0]).toMatchObject({ status: 'failed', attempts: 1, last_status: 410, next_attempt_at: null })
+    const [listed] = (await world.get('/v1/webhooks/subscriptions', { auth: alice.api_key })).body.filter((s: { id: string }) => s.id === sub.id)
+    expect(listed.active).toBe(false)
+    const count = (await deliveries()).length
+    await postTodo(alice, 'not enqueued for an inactive subscription')
+    expect((await deliveries()).length).toBe(count)
+    // Turned back on by its owner, it receives new todos again.
+    answerOk()
+    expect((await world.patch(`/v1/webhooks/subscriptions/${sub.id}`, { auth: alice.api_key, json: { active: true } })).body.active).toBe(true)
+    await postTodo(alice, 'welcome back')
+    await world.drainWebhooks(FAST)
+    expect((await deliveries())[0]).toMatchObject({ status: 'delivered' })
+    await unsubscribe(alice, sub.id)
+  })
+
+  it('after the give-up window of failures the delivery fails and the subscription is disabled', async () => {
+    const sub = await subscribe(alice, '/down')
+    receiver.answer((_req, res) => { res.statusCode = 503; res.end() })
+    await postTodo(alice, 'into the void')
+    const options = { scheduleMs: [150], giveUpAfterMs: 400, jitter: 0 }
+    for (let i = 0; i < 10 && (await deliveries())[0]!.status === 'pending'; i++) {
+      await world.drainWebhooks(options)
+      await new Promise((r) => setTimeout(r, 170))
+    }
+    const [log] = await deliveries()
+    expect(log).toMatchObject({ status: 'failed', last_status: 503, next_attempt_at: null })
+    expect(log!.attempts).toBeGreaterThanOrEqual(3)
+    const [listed] = (await world.get('/v1/webhooks/subscriptions', { auth: alice.api_key })).body.filter((s: { id: string }) => s.id === sub.id)
+    expect(listed.active).toBe(false)
+    await unsubscribe(alice, sub.id)
+  })
+})
+
+/** `npm run webhook-worker` on this world's database, as node itself (not the tsx launcher), so a signal hits the process that holds the delivery. */
+function spawnWorker() {
+  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', 'local/webhook-worker.ts'], {
+    cwd: ROOT,
+    env: { ...process.env, DATABASE_URL: world.databaseUrl, WEBHOOK_ALLOW_PRIVATE: '1' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let output = ''
+  child.stdout!.on('data', (d) => (output += d))
+  child.stderr!.on('data', (d) => (output += d))
+  const exited = new Promise((resolve) => child.on('exit', resolve))
+  return {
+    output: () => output,
+    async kill(signal: NodeJS.Signals) {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal)
+      await exited
+    },
+  }
+}
+
+describe('at least once, never twice at once', () => {
+  it('a worker process killed (kill -9) mid-delivery: a restarted worker sends it again with the same webhook-id', async () => {
+    await subscribe(alice, '/crash')
+    receiver.answer(() => {}) // holds the request: the worker is mid-delivery
+    const start = receiver.received.length
+    const posted = Date.now()
+    const todo = await postTodo(alice, 'survives a crash')
+    const first = spawnWorker()
+    try {
+      // Within seconds of the todo (the worker polls every second), process start included.
+      const [held] = (await receiver.waitFor(start + 1, 30_000)).slice(start)
+      expect(JSON.parse(held!.body).data.id).toBe(todo.id)
+      expect(held!.at - posted).toBeLessThan(15_000)
+    } finally {
+      await first.kill('SIGKILL')
+    }
+    // The killed worker recorded nothing; its lock goes with its connection.
+    expect((await deliveries())[0]).toMatchObject({ status: 'pending', attempts: 0 })
+    answerOk()
+    const second = spawnWorker()
+    try {
+      await receiver.waitFor(start + 2, 30_000)
+      for (let i = 0; i < 50 && (await deliveries())[0]!.status !== 'delivered'; i++) await new Promise((r) => setTimeout(r, 100))
+    } finally {
+      await second.kill('SIGTERM')
+    }
+    const got = receiver.received.slice(start)
+    expect(got).toHaveLength(2)
+    expect(got[1]!.headers['webhook-id']).toBe(got[0]!.headers['webhook-id'])
+    expect(got[1]!.body).toBe(got[0]!.body)
+    expect((await deliveries())[0]).toMatchObject({ status: 'delivered', attempts: 1, last_status: 200 })
+  }, 90_000)
+
+  it('two workers draining at once never send the same delivery twice', async () => {
+    const sub = await subscribe(alice, '/pair')
+    const inFlight = new Map<string, number>()
+    let overlaps = 0
+    receiver.answer((req, res) => {
+      const id = req.headers['webhook-id']!
+      inFlight.set(id, (inFlight.get(id) ?? 0) + 1)
+      if (inFlight.get(id)! > 1) overlaps++
+      setTimeout(() => {
+        inFlight.set(id, inFlight.get(id)! - 1)
+        res.end('ok')
+      }, 30)
+    })
+    const start = receiver.received.length
+    const todos = 40
+    for (let i = 0; i < todos; i++) await postTodo(alice, `pair ${i}`)
+    const workers = [0, 1].map(() => ({ sql: createSql(world.databaseUrl, { max: 3 }), send: nodeWebhookSender({ allowPrivate: true }) }))
+    try {
+      const results = await Promise.all(workers.map((w) => drainWebhooks(w.sql, w.send, { ...FAST, batch: 4, lanes: 2 })))
+      expect(results[0]!.delivered + results[1]!.delivered).toBe(todos)
+      expect(results[0]!.delivered).toBeGreaterThan(0)
+      expect(results[1]!.delivered).toBeGreaterThan(0)
+    } finally {
+      for (const w of workers) {
+        await w.send.close()
+        await w.sql.end({ timeout: 5 })
+      }
+    }
+    const ids = receiver.received.slice(start).map((r) => r.headers['webhook-id'])
+    expect(ids).toHaveLength(todos)
+    expect(new Set(ids).size).toBe(todos)
+    expect(overlaps).toBe(0)
+    await unsubscribe(alice, sub.id)
+  })
+})
+
+describe('SSRF', () => {
+  it.each([
+    ['127.0.0.1', false], ['::1', false], ['::ffff:127.0.0.1', false], ['::ffff:7f00:1', false], ['0.0.0.0', false], ['::', false],
+    ['10.0.0.1', false], ['172.16.5.4', false], ['192.168.1.1', false], ['169.254.169.254', false], ['100.64.0.1', false],
+    ['fc00::1', false], ['fe80::1', false], ['224.0.0.1', false], ['255.255.255.255', false], ['64:ff9b::7f00:1', false],
+    ['2002:7f00:1::', false], ['198.18.0.1', false], ['not an address', false],
+    ['93.184.216.34', true], ['1.1.1.1', true], ['2606:4700:4700::1111', true], ['::ffff:8.8.8.8', true],
+  ])('%s is public: %s', (address, expected) => {
+    expect(isPublicAddress(address)).toBe(expected)
+  })
+
+  it('without WEBHOOK_ALLOW_PRIVATE a host resolving to a private address gets nothing; the attempt is logged as refused', async () => {
+    answerOk()
+    const sub = await subscribe(alice, '/private')
+    // The name resolves (system resolver) to loopback; the subscription itself is valid.
+    await world.sql`update app.webhook_subscriptions set url = ${`https://localhost:${receiver.port}/private`} where id = app.from_public_id('hook', ${sub.id})`
+    await postTodo(alice, 'must not reach localhost')
+    const start = receiver.received.length
+    const strict = nodeWebhookSender({ allowPrivate: false })
+    try {
+      expect(await drainWebhooks(world.sql, strict, FAST)).toMatchObject({ retrying: 1 })
+      const refusedLiteral = await strict({ url: `${receiver.url}/x`, headers: {}, body: '{}', timeoutMs: 1000 })
+      expect(refusedLiteral).toMatchObject({ status: null, error: expect.stringMatching(/refused/) })
+      const mapped = await strict({ url: `http://[::ffff:127.0.0.1]:${receiver.port}/x`, headers: {}, body: '{}', timeoutMs: 1000 })
+      expect(mapped).toMatchObject({ status: null, error: expect.stringMatching(/refused/) })
+      const decimal = await strict({ url: `http://2130706433:${receiver.port}/x`, headers: {}, body: '{}', timeoutMs: 1000 })
+      expect(decimal).toMatchObject({ status: null, error: expect.stringMatching(/refused/) })
+    } finally {
+      await strict.close()
+    }
+    expect(receiver.received.length).toBe(start)
+    expect((await deliveries())[0]).toMatchObject({ status: 'pending', attempts: 1, last_status: null })
+    await unsubscribe(alice, sub.id)
+  })
+
+  it('the connection goes to the vetted address: a resolver that answers a private address is refused, and one we control is used as is', async () => {
+    const rebinding = nodeWebhookSender({ allowPrivate: false, resolve: async () => [{ address: '10.11.12.13', family: 4 }] })
+    try {
+      const res = await rebinding({ url: 'https://hooks.example.com/x', headers: {}, body: '{}', timeoutMs: 1000 })
+      expect(res).toMatchObject({ status: null, error: expect.stringMatching(/refused: hooks.example.com resolves to 10.11.12.13/) })
+    } finally {
+      await rebinding.close()
+    }
+    // A name that exists in no DNS reaches our receiver only because the socket uses our lookup.
+    answerOk()
+    const start = receiver.received.length
+    const pinned = nodeWebhookSender({ allowPrivate: true, resolve: async () => [{ address: '127.0.0.1', family: 4 }] })
+    try {
+      const res = await pinned({ url: `http://receiver.invalid:${receiver.port}/pinned`, headers: {}, body: '{}', timeoutMs: 2000 })
+      expect(res.status).toBe(200)
+    } finally {
+      await pinned.close()
+    }
+    expect(receiver.received.slice(start).map((r) => r.path)).toEqual(['/pinned'])
+  })
+
+  it('a response that streams forever costs at most the read bound, not the worker', async () => {
+    const sub = await subscribe(alice, '/stream')
+    receiver.answer((_req, res) => {
+      res.writeHead(200)
+      const timer = setInterval(() => res.write('x'.repeat(1024)), 5)
+      res.on('close', () => clearInterval(timer))
+    })
+    await postTodo(alice, 'endless answer')
+    const began = Date.now()
+    expect(await world.drainWebhooks(FAST)).toMatchObject({ delivered: 1 })
+    expect(Date.now() - began).toBeLessThan(5_000)
+    await unsubscribe(alice, sub.id)
+  })
+})
