@@ -1,5 +1,6 @@
 // Issue 13: `protected` means approved followers. Following a protected member or project is a
 // request its owner (or any maker) approves or declines; nothing is shown until approved.
+import { readFileSync } from 'node:fs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ProjectSchema, UserSchema } from '../functions/lib/schemas.ts'
 import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
@@ -475,6 +476,50 @@ describe('races with privacy changes', () => {
       // Whichever came first, the member is public now and the fan follows them.
       expect(rows).toEqual({ follows: 1, requests: 0 })
     }
+    await countersAreExact()
+  })
+})
+
+describe('fixes from an attacker\'s review', () => {
+  it('an approval racing repeated follows of the same requester never deadlocks (all 204)', async () => {
+    const owner = await world.createUser('lockowner', '--privacy', 'protected')
+    const asker = await world.createUser('lockasker')
+    for (let round = 0; round < 12; round++) {
+      expect((await world.post(`/v1/users/${owner.username}/follow`, { auth: asker.api_key })).status).toBe(204)
+      const answers = await Promise.all([
+        world.post(`/v1/follow_requests/${asker.username}/approve`, { auth: owner.api_key }),
+        ...Array.from({ length: 3 }, () => world.post(`/v1/users/${owner.username}/follow`, { auth: asker.api_key })),
+      ])
+      expect(answers.map((a) => a.status), JSON.stringify(answers.map((a) => a.body))).toEqual([204, 204, 204, 204])
+      expect((await profile(asker, owner.username)).following).toBe(true)
+      expect((await world.delete(`/v1/users/${owner.username}/follow`, { auth: asker.api_key })).status).toBe(204)
+    }
+    await countersAreExact()
+  })
+
+  it('follows made before approvals existed become requests (protected) or go (private); public follows and makers stay', async () => {
+    const guarded = await world.createUser('legacyguarded', '--privacy', 'protected')
+    const hidden = await world.createUser('legacyhidden', '--privacy', 'private')
+    const open = await world.createUser('legacyopen')
+    const stranger = await world.createUser('legacystranger')
+    const maker = await world.createUser('legacymaker')
+    const vault = await world.admin('create-project', '--owner', guarded.username, '--name', 'Legacy vault', '--slug', 'legacy-vault', '--privacy', 'protected', '--makers', maker.username)
+    // Rows as the old API wrote them: follows without any approval.
+    await world.sql`insert into app.user_follows (follower_id, followee_id) values
+      (${uuidOf(stranger)}, ${uuidOf(guarded)}), (${uuidOf(stranger)}, ${uuidOf(hidden)}), (${uuidOf(stranger)}, ${uuidOf(open)})`
+    await world.sql`insert into app.project_follows (user_id, project_id)
+      select u.id, app.resolve_project('legacy-vault') from app.users u where u.id in (${uuidOf(stranger)}, ${uuidOf(maker)})`
+    const migration = readFileSync(new URL('../supabase/migrations/20261124175530_answer_follow_requests_in_lock_order.sql', import.meta.url), 'utf8')
+    await world.sql.unsafe(migration.slice(migration.indexOf('-- Rows, not schema')))
+
+    expect((await profile(stranger, guarded.username)).following).toBe(false)
+    expect((await profile(stranger, guarded.username)).follow_requested).toBe(true)
+    expect((await profile(stranger, hidden.username)).following).toBe(false)
+    expect((await profile(stranger, hidden.username)).follow_requested).toBe(false)
+    expect((await profile(stranger, open.username)).following).toBe(true)
+    expect(usernames(await world.get('/v1/follow_requests', { auth: guarded.api_key }))).toEqual([stranger.username])
+    expect(await project(stranger, vault.id)).toMatchObject({ following: false, follow_requested: true })
+    expect(await project(maker, vault.id)).toMatchObject({ following: true, follow_requested: false })
     await countersAreExact()
   })
 })

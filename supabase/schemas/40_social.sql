@@ -723,6 +723,11 @@ begin
     perform app.http_error(422, 'You cannot follow yourself.');
   end if;
   if follow then
+    -- Asking again changes nothing and takes no lock (a lock on someone else's row for nothing).
+    if exists (select 1 from app.user_follows f where f.follower_id = me and f.followee_id = target)
+       or exists (select 1 from app.user_follow_requests r where r.requester_id = me and r.followee_id = target) then
+      return null;
+    end if;
     target_privacy := app.lock_member_privacy(target);
     if exists (select 1 from app.user_follows f where f.follower_id = me and f.followee_id = target) then
       return null;
@@ -767,6 +772,11 @@ begin
     perform app.http_error(404, format('No project matches %L.', project_ref));
   end if;
   if follow then
+    -- Asking again changes nothing and takes no lock, as in api.user_follow.
+    if exists (select 1 from app.project_follows f where f.user_id = me and f.project_id = target)
+       or exists (select 1 from app.project_follow_requests r where r.user_id = me and r.project_id = target) then
+      return null;
+    end if;
     target_privacy := app.lock_project_privacy(target);
     if exists (select 1 from app.project_follows f where f.user_id = me and f.project_id = target) then
       return null;
@@ -857,6 +867,9 @@ begin
     perform app.http_error(404, format('No user matches %L.', user_ref));
   end if;
   if approve then
+    -- The member's row first, the order every follow and privacy change takes it in (the
+    -- followers_count trigger locks it too): the other order deadlocked with a repeated follow.
+    perform app.lock_member_privacy(me);
     -- One statement: the follow is made from the request it deletes, so an approval racing a
     -- withdrawal either makes the follow or finds no request (404), never a follow nobody asked
     -- for. RLS on user_follows admits the row: the statement's snapshot still holds the request.
@@ -933,7 +946,9 @@ begin
     perform app.http_error(404, format('No user matches %L.', user_ref));
   end if;
   if approve then
-    -- As api.follow_request_answer: the follow is made from the request it deletes.
+    -- As api.follow_request_answer: the project's row first, then the follow made from the
+    -- request it deletes.
+    perform app.lock_project_privacy(target);
     with answered_request as (
       delete from app.project_follow_requests r
       where r.user_id = requester and r.project_id = target
