@@ -74,6 +74,10 @@ async function main() {
       '-- what `supabase db push` will run. Rename columns by hand (a diff sees a drop and an add),',
       '-- and move data where needed. Each statement is headed by the domain file of its object.',
       '',
+      '-- The diff lists functions by name, so a SQL function may come before one it calls: its body',
+      '-- is checked once everything is in place (by test/schema.test.ts), not statement by statement.',
+      'set local check_function_bodies = off;',
+      '',
       '',
     ].join('\n')
     await writeFile(file, header + (await explainDiff(diff)) + '\n')

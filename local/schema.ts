@@ -81,16 +81,22 @@ export async function explainDiff(diff: string, dir = SCHEMAS_DIR): Promise<stri
   return statements
     .map((statement) => {
       const flat = statement.replace(/"/g, '')
+      // What the statement is, from its leading words only: a function body or a comment may
+      // well mention a policy, a trigger or an index.
+      const lead = statement.replace(/^(?:\s*--[^\n]*\n)*\s*/, '')
+      const flatLead = lead.replace(/"/g, '')
       let where: string | undefined
-      const policy = /POLICY "?([^"]+?)"? ON/i.exec(statement)
-      const trigger = /TRIGGER (\w+) ON ([\w.]+)/i.exec(flat)
-      const index_ = /INDEX (?:IF (?:NOT )?EXISTS )?(\w+)/i.exec(flat)
+      const policy = /^(?:create|drop|alter|comment on) policy (?:if exists )?"?([^"]+?)"? on /i.exec(lead)
+      const trigger =
+        /^create (?:or replace )?(?:constraint )?trigger (\w+)\s[\s\S]*?\son ([\w.]+)/i.exec(flatLead) ??
+        /^(?:drop|alter|comment on) trigger (?:if exists )?(\w+) on ([\w.]+)/i.exec(flatLead)
+      const index_ = /^(?:create (?:unique )?index (?:concurrently )?(?:if not exists )?|drop index (?:concurrently )?(?:if exists )?)(?:\w+\.)?(\w+)/i.exec(flatLead)
       if (policy) where = index.get(policy[1]!)
       else if (trigger) where = index.get(`${trigger[1]} on ${trigger[2]}`)
-      else if (index_ && !/^COMMENT/i.test(flat)) where = index.get(index_[1]!)
+      else if (index_) where = index.get(index_[1]!)
       const table = /\b((?:app|api)\.\w+)/.exec(flat)?.[1] ?? /\bschema (app|api)\b/i.exec(flat)?.[1]
       where ??= table ? index.get(table) : undefined
-      const object = policy ? `policy "${policy[1]}" on ${table}` : trigger ? `trigger ${trigger[1]} on ${trigger[2]}` : index_ && !/^COMMENT/i.test(flat) ? `index ${index_[1]} on ${table}` : table
+      const object = policy ? `policy "${policy[1]}" on ${table}` : trigger ? `trigger ${trigger[1]} on ${trigger[2]}` : index_ ? `index ${index_[1]} on ${table}` : table
       const head = `-- ${object ?? 'object'}: ${where ? `supabase/schemas/${where}` : 'in no schema file (add it to its domain file)'}`
       return `${head}\n${statement};`
     })

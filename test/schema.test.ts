@@ -126,4 +126,18 @@ describe('npm run db:diff helpers', () => {
       '-- c; d\nselect 2',
     ])
   })
+
+  it('a statement is headed by what it is, not by a policy or trigger its body mentions', async () => {
+    const diff = [
+      'CREATE OR REPLACE FUNCTION api.user_follow(user_ref text, follow boolean) RETURNS jsonb LANGUAGE plpgsql AS $$ begin -- the policy "Members follow public members" on app.user_follows admits it\n return null; end $$',
+      'CREATE POLICY "Members follow public members, and let in whom they approve" ON app.user_follows FOR INSERT TO authenticated WITH CHECK (true)',
+      'CREATE INDEX user_follow_requests_followee_idx ON app.user_follow_requests USING btree (followee_id)',
+    ].join(';\n')
+    const heads = (await explainDiff(diff)).split('\n').filter((line) => line.startsWith('-- '))
+    expect(heads).toEqual([
+      '-- api.user_follow: supabase/schemas/40_social.sql',
+      '-- policy "Members follow public members, and let in whom they approve" on app.user_follows: supabase/schemas/10_users_and_credentials.sql',
+      '-- index user_follow_requests_followee_idx on app.user_follow_requests: supabase/schemas/10_users_and_credentials.sql',
+    ])
+  })
 })
