@@ -194,10 +194,15 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
       if (createdAt !== null && Number.isNaN(Date.parse(createdAt))) throw new AdminError('--created-at must be an ISO 8601 date-time')
       // Inserted as the operator (created_at is not a member-writable column), so the
       // triggers file mentions, counters and the streak exactly as for a todo posted now.
-      const [todo] = await ctx.sql<{ id: string }[]>`
-        insert into app.todos (user_id, body, created_at, updated_at)
-        values (${user.id}, ${required(o, 'body')}, coalesce(${createdAt}::timestamptz, now()), coalesce(${createdAt}::timestamptz, now()))
-        returning id`.catch(friendly)
+      // With the API's {base_url}, so the webhook body the outbox trigger renders at commit has
+      // the same `url`s as the todo's API answer.
+      const [todo] = await ctx.sql.begin(async (tx) => {
+        await tx`select set_config('app.public_url', ${ctx.publicUrl}, true)`
+        return await tx<{ id: string }[]>`
+          insert into app.todos (user_id, body, created_at, updated_at)
+          values (${user.id}, ${required(o, 'body')}, coalesce(${createdAt}::timestamptz, now()), coalesce(${createdAt}::timestamptz, now()))
+          returning id`
+      }).catch(friendly)
       return (await renderAs(ctx, user.id, 'api.todo_get', [`todo_${todo!.id.replace(/-/g, '')}`, false])) as object
     },
   },

@@ -105,6 +105,18 @@ describe('the outbox', () => {
   })
 })
 
+describe('the outbox, for a todo the operator CLI creates', () => {
+  it('the body has the same urls as the todo\'s API answer', async () => {
+    const sub = await subscribe(alice, '/cli')
+    const made = await world.admin<{ id: string; url: string }>('create-todo', '--user', 'alice', '--body', 'from the CLI')
+    const [row] = await world.sql`select e.payload from app.webhook_events e where e.todo_id = app.from_public_id('todo', ${made.id})`
+    const owner = (await world.get(`/v1/todos/${made.id}`, { auth: alice.api_key })).body
+    expect((row!.payload as { data: { url: string } }).data.url).toBe(owner.url)
+    expect((row!.payload as { data: unknown }).data).toEqual(owner)
+    await unsubscribe(alice, sub.id)
+  })
+})
+
 describe('delivery', () => {
   it('POSTs the signed event; standardwebhooks verifies it; the log says delivered (through POST /internal/webhooks)', async () => {
     answerOk()
@@ -275,8 +287,12 @@ describe('at least once, never twice at once', () => {
     } finally {
       await first.kill('SIGKILL')
     }
-    // The killed worker recorded nothing; its lock goes with its connection.
-    expect((await deliveries())[0]).toMatchObject({ status: 'pending', attempts: 0 })
+    // The killed worker recorded nothing; its lease on the delivery runs out (here: at once,
+    // rather than waiting the lease's minute), and the delivery is due again.
+    const [leased] = await deliveries()
+    expect(leased).toMatchObject({ status: 'pending', attempts: 0 })
+    expect(Date.parse(leased!.next_attempt_at!)).toBeGreaterThan(Date.now() + 30_000)
+    await world.sql`update app.webhook_deliveries set next_attempt_at = now() where status = 'pending'`
     answerOk()
     const second = spawnWorker()
     try {
@@ -291,6 +307,37 @@ describe('at least once, never twice at once', () => {
     expect(got[1]!.body).toBe(got[0]!.body)
     expect((await deliveries())[0]).toMatchObject({ status: 'delivered', attempts: 1, last_status: 200 })
   }, 90_000)
+
+  it('a slow receiver holds no lock: another member deletes a todo and switches a subscription off while a delivery is in flight', async () => {
+    const bob = await world.createUser('slowbob')
+    const slow = await subscribe(alice, '/slow')
+    const quick = await subscribe(bob, '/quick-bob')
+    let release: () => void = () => {}
+    receiver.answer((req, res) => {
+      if (req.path === '/slow') release = () => res.end('late')
+      else res.end('ok')
+    })
+    await postTodo(alice, 'to a slow receiver')
+    const bobs = await postTodo(bob, 'bob goes first')
+    const sender = nodeWebhookSender({ allowPrivate: true })
+    const start = receiver.received.length
+    const draining = drainWebhooks(world.sql, sender, { ...FAST, batch: 10, lanes: 1, timeoutMs: 10_000 })
+    try {
+      await receiver.waitFor(start + 2, 10_000)
+      // Both deliveries were claimed in one batch; alice's is still in flight.
+      const started = Date.now()
+      expect((await world.delete(`/v1/todos/${bobs.id}`, { auth: bob.api_key })).status).toBe(204)
+      const off = await world.patch(`/v1/webhooks/subscriptions/${quick.id}`, { auth: bob.api_key, json: { active: false } })
+      expect(off.status, off.text).toBe(200)
+      expect(Date.now() - started).toBeLessThan(3_000)
+    } finally {
+      release()
+      await draining
+      await sender.close()
+    }
+    await unsubscribe(alice, slow.id)
+    await unsubscribe(bob, quick.id)
+  }, 30_000)
 
   it('two workers draining at once never send the same delivery twice', async () => {
     const sub = await subscribe(alice, '/pair')

@@ -45,6 +45,13 @@ describe('POST /v1/webhooks/subscriptions', () => {
     await world.delete(`/v1/webhooks/subscriptions/${res.body.id}`, { auth: alice.api_key })
   })
 
+  it('the url is stored as parsed: scheme and host lower-cased, surrounding whitespace gone', async () => {
+    const res = await subscribe(alice, { url: ' HTTPS://Hooks.Example.COM/In \n', event_type: 'new_todo' })
+    expect(res.status, res.text).toBe(201)
+    expect(res.body.url).toBe('https://hooks.example.com/In')
+    await world.delete(`/v1/webhooks/subscriptions/${res.body.id}`, { auth: alice.api_key })
+  })
+
   it('omitted or empty project_ids mean all projects; another member’s public project may be named', async () => {
     const omitted = await subscribe(alice)
     expect(omitted.status).toBe(201)
@@ -72,6 +79,9 @@ describe('POST /v1/webhooks/subscriptions', () => {
     ['0.0.0.0', { url: 'https://0.0.0.0/', event_type: 'new_todo' }],
     ['the cloud metadata address', { url: 'https://169.254.169.254/latest/meta-data', event_type: 'new_todo' }],
     ['a private network', { url: 'https://10.1.2.3/', event_type: 'new_todo' }],
+    ['an IPv4-compatible IPv6 loopback', { url: 'https://[::127.0.0.1]/', event_type: 'new_todo' }],
+    ['localhost by name', { url: 'https://localhost/', event_type: 'new_todo' }],
+    ['a name under .internal', { url: 'https://metadata.google.internal/', event_type: 'new_todo' }],
     ['an unknown project', { url: HTTPS, event_type: 'new_todo', project_ids: ['proj_00000000000000000000000000000000'] }],
     ['not a project id', { url: HTTPS, event_type: 'new_todo', project_ids: ['alpha'] }],
     ['another member’s private project', { url: HTTPS, event_type: 'new_todo', project_ids: [() => bobPrivate.id] }],

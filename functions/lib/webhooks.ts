@@ -1,17 +1,19 @@
 // The webhook worker, the same on both platforms: claims due deliveries from the outbox
 // (app.webhook_deliveries, written by the todo trigger), signs them the Standard Webhooks way,
-// sends them through a platform's sender, and records each attempt in the same transaction.
+// sends them through a platform's sender, and records each attempt in a statement of its own.
 //
-// At least once, never twice at once: app.take_webhook_deliveries locks the claimed rows
-// (`for update skip locked`) in a transaction that stays open while they are sent, so another
-// worker skips them; a worker killed mid-delivery loses its connection, its lock and its
-// uncommitted record, and the delivery is due again with the same webhook-id.
+// At least once, never twice at once: app.take_webhook_deliveries leases the claimed rows (moves
+// their next_attempt_at past the send, in one statement that commits at once; `skip locked`
+// against a concurrent claim), so another worker skips them while they are sent; a worker killed
+// mid-delivery records nothing, and the delivery is due again with the same webhook-id when its
+// lease ends. No transaction stays open during a send: a slow receiver holds no row lock that
+// another member's delete or switch-off would wait on.
 //
 // `npm start` runs it right after each todo its API creates and every second (local/start.ts,
 // local/webhook-runner.ts, with the Node sender that pins vetted addresses); on Supabase, pg_cron + pg_net call POST /internal/webhooks every 5 seconds
 // (supabase/functions/api, with the Deno sender). Runtime-neutral: Web Crypto and ipaddr.js only.
 import ipaddr from 'ipaddr.js'
-import type { Sql, TransactionSql } from 'postgres'
+import type { Sql } from 'postgres'
 
 /** What a sender is asked to POST. */
 export interface OutgoingWebhook {
@@ -45,9 +47,9 @@ export const MAX_RETRY_AFTER_MS = 36_000_000
 export const MAX_RESPONSE_BYTES = 64 * 1024
 
 export interface DrainOptions {
-  /** Deliveries claimed per transaction (sent concurrently). */
+  /** Deliveries claimed at a time (sent concurrently). */
   batch?: number
-  /** Transactions (each with its own claimed batch) at once. */
+  /** Batches in flight at once. */
   lanes?: number
   /** Retry delays after each failed attempt; the last repeats until giveUpAfterMs. Tests shorten it. */
   scheduleMs?: number[]
@@ -78,7 +80,11 @@ export interface DrainResult {
 export function isPublicAddress(address: string): boolean {
   const bare = address.replace(/^\[|\]$/g, '').replace(/%.*$/, '')
   if (!ipaddr.isValid(bare)) return false
-  return ipaddr.process(bare).range() === 'unicast'
+  const parsed = ipaddr.process(bare)
+  // IPv4-compatible IPv6 (::/96, deprecated: ::127.0.0.1) embeds an IPv4 address too, but
+  // ipaddr.js calls it unicast.
+  if (parsed.kind() === 'ipv6' && parsed.match(ipaddr.parseCIDR('::/96'))) return false
+  return parsed.range() === 'unicast'
 }
 
 /** The URL's host when it is an IP literal (the WHATWG parser has already turned 2130706433 or 0177.0.0.1 into dotted form). */
@@ -104,7 +110,16 @@ export function subscriptionUrlProblem(value: string, allowPrivate: boolean): st
   if (value.length > 2048) return 'url may be at most 2048 characters.'
   const literal = ipLiteralOf(url)
   if (literal && !allowPrivate && !isPublicAddress(literal)) return `url must point to a public address; ${literal} is not one.`
+  // Names that never resolve to a public address: refused now, not after three days of retries.
+  if (!allowPrivate && /(^|\.)(localhost|local|internal|localdomain|home\.arpa)\.?$/i.test(url.hostname)) {
+    return `url must point to a public address; ${url.hostname} is not one.`
+  }
   return null
+}
+
+/** The URL as stored and sent: the parsed form (lower-case scheme and host, no stray whitespace). */
+export function normalizedSubscriptionUrl(value: string): string {
+  return new URL(value).href
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -189,7 +204,11 @@ export async function drainWebhooks(sql: Sql, send: WebhookSender, options: Drai
   const deadline = Date.now() + (options.budgetMs ?? Number.POSITIVE_INFINITY)
   const result: DrainResult = { delivered: 0, retrying: 0, failed: 0 }
 
-  async function deliver(tx: TransactionSql, row: Claimed): Promise<void> {
+  // A claim is a lease, not a lock held while sending (app.take_webhook_deliveries): it must
+  // outlast the longest send (timeout plus the response's grace) with room to record it.
+  const leaseSeconds = Math.ceil((timeoutMs + 30_000) / 1000)
+
+  async function deliver(row: Claimed): Promise<void> {
     const timestamp = Math.floor(Date.now() / 1000)
     let response: WebhookResponse
     try {
@@ -220,7 +239,7 @@ export async function drainWebhooks(sql: Sql, send: WebhookSender, options: Drai
       }
     }
     const error = ok ? null : (response.error ?? `the receiver answered ${response.status}`)
-    await tx`select app.record_webhook_attempt(${row.subscription_id}::uuid, ${row.todo_id}::uuid, ${response.status}::integer, ${error}::text, ${retryAt}::timestamptz, ${disable}::text)`
+    await sql`select app.record_webhook_attempt(${row.subscription_id}::uuid, ${row.todo_id}::uuid, ${response.status}::integer, ${error}::text, ${retryAt}::timestamptz, ${disable}::text)`
     if (ok) result.delivered++
     else if (retryAt) result.retrying++
     else result.failed++
@@ -228,12 +247,12 @@ export async function drainWebhooks(sql: Sql, send: WebhookSender, options: Drai
 
   async function lane(): Promise<void> {
     while (Date.now() < deadline) {
-      const taken = await sql.begin(async (tx) => {
-        const rows = await tx<Claimed[]>`select * from app.take_webhook_deliveries(${batch})`
-        await Promise.all(rows.map((row) => deliver(tx, row)))
-        return rows.length
-      })
-      if (taken < batch) return
+      // The claim commits at once; sends and their records happen outside any transaction, so a
+      // slow receiver holds no row lock that another member's delete would wait on.
+      const rows = await sql<Claimed[]>`
+        select * from app.take_webhook_deliveries(${batch}, make_interval(secs => ${leaseSeconds}))`
+      await Promise.all(rows.map((row) => deliver(row)))
+      if (rows.length < batch) return
     }
   }
 

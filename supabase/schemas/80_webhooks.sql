@@ -160,25 +160,36 @@ comment on function app.new_webhook_secret(uuid) is
   'Creates and returns the signing secret of the member''s own new subscription (once: a second call hits the primary key). 32 bytes from two gen_random_uuid() (pg_strong_random; 244 random bits), base64, whsec_ prefix as Standard Webhooks expects. Security definer because members have no grant on app.webhook_secrets.';
 grant execute on function app.new_webhook_secret(uuid) to authenticated;
 
-create function app.take_webhook_deliveries(batch integer)
+create function app.take_webhook_deliveries(batch integer, lease interval)
 returns table (subscription_id uuid, todo_id uuid, webhook_id text, url text, secret text, body text, attempts integer, first_attempt_at timestamptz)
 language sql
 volatile
 security definer
 set search_path = ''
 as $$
-  select d.subscription_id, d.todo_id, app.webhook_id(d.subscription_id, d.todo_id), s.url, k.secret, e.payload::text, d.attempts, d.first_attempt_at
-  from app.webhook_deliveries d
-  join app.webhook_events e on e.todo_id = d.todo_id
-  join app.webhook_subscriptions s on s.id = d.subscription_id
-  join app.webhook_secrets k on k.subscription_id = d.subscription_id
-  where d.status = 'pending' and d.next_attempt_at <= now() and s.active
-  order by d.next_attempt_at
-  limit batch
-  for update of d skip locked
+  with due as (
+    select d.subscription_id, d.todo_id
+    from app.webhook_deliveries d
+    join app.webhook_subscriptions s on s.id = d.subscription_id
+    where d.status = 'pending' and d.next_attempt_at <= now() and s.active
+    order by d.next_attempt_at
+    limit batch
+    for update of d skip locked
+  ), leased as (
+    update app.webhook_deliveries d
+       set next_attempt_at = now() + lease
+      from due
+     where d.subscription_id = due.subscription_id and d.todo_id = due.todo_id
+    returning d.subscription_id, d.todo_id, d.attempts, d.first_attempt_at
+  )
+  select l.subscription_id, l.todo_id, app.webhook_id(l.subscription_id, l.todo_id), s.url, k.secret, e.payload::text, l.attempts, l.first_attempt_at
+  from leased l
+  join app.webhook_events e on e.todo_id = l.todo_id
+  join app.webhook_subscriptions s on s.id = l.subscription_id
+  join app.webhook_secrets k on k.subscription_id = l.subscription_id
 $$;
-comment on function app.take_webhook_deliveries(integer) is
-  'The worker''s claim: up to `batch` due deliveries, locked for the calling transaction (for update skip locked), so concurrent workers never send the same delivery at the same time. The worker keeps the transaction open while it sends and records the outcome in it: if the worker dies, the lock goes with its connection and the delivery is due again, with the same webhook-id (at least once).';
+comment on function app.take_webhook_deliveries(integer, interval) is
+  'The worker''s claim: up to `batch` due deliveries, leased for `lease` (their next_attempt_at moved past the send) in one short statement that commits at once. Why a lease and not a lock held while sending: a transaction open for a slow receiver kept every row of its batch locked, so other members'' todo deletions and switch-offs waited on it and failed (503). Concurrent workers skip rows being leased (skip locked) and rows on lease (not due), so no delivery is sent twice at once as long as the lease outlasts a send (the worker makes it so); a worker that dies leaves its rows due again when the lease ends, with the same webhook-id (at least once).';
 
 create function app.record_webhook_attempt(subscription uuid, todo uuid, response_status integer, error text, retry_at timestamptz, disable_reason text)
 returns void
