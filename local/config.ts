@@ -59,7 +59,10 @@ export function databasePoolSize(cores = availableParallelism()): number {
   return Math.min(20, Math.max(4, 2 * cores))
 }
 
-/** WEBHOOK_ALLOW_PRIVATE: `1` (or `true`) lifts the SSRF address check; anything else leaves it on. */
+/**
+ * WEBHOOK_ALLOW_PRIVATE: exactly `1` lifts the SSRF address check (DESIGN.md's contract, and what
+ * the edge entry reads); anything else leaves it on, so a typo never opens it.
+ */
 export function webhookAllowPrivateFrom(value: string | undefined): boolean {
-  return value === '1' || value?.toLowerCase() === 'true'
+  return value === '1'
 }
