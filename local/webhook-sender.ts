@@ -11,7 +11,7 @@
 import { lookup as systemLookup } from 'node:dns/promises'
 import type { LookupAddress } from 'node:dns'
 import { Agent, request } from 'undici'
-import { MAX_RESPONSE_BYTES, type OutgoingWebhook, type WebhookResponse, type WebhookSender, ipLiteralOf, isPublicAddress } from '../functions/lib/webhooks.ts'
+import { BODY_GRACE_MS, MAX_RESPONSE_BYTES, type OutgoingWebhook, type WebhookResponse, type WebhookSender, isPublicAddress, webhookTarget } from '../functions/lib/webhooks.ts'
 
 export interface NodeSenderOptions {
   /** WEBHOOK_ALLOW_PRIVATE=1: loopback and private addresses allowed (tests, local use). */
@@ -22,8 +22,6 @@ export interface NodeSenderOptions {
 
 class RefusedAddress extends Error {}
 
-/** How long a response body may take to arrive (up to MAX_RESPONSE_BYTES) once the status is in. */
-const BODY_GRACE_MS = 1_000
 
 export function nodeWebhookSender(options: NodeSenderOptions): WebhookSender & { close: () => Promise<void> } {
   const resolve = options.resolve ?? ((hostname: string) => systemLookup(hostname, { all: true, verbatim: true }))
@@ -57,16 +55,9 @@ export function nodeWebhookSender(options: NodeSenderOptions): WebhookSender & {
   })
 
   const send = async (webhook: OutgoingWebhook): Promise<WebhookResponse> => {
-    let url: URL
-    try {
-      url = new URL(webhook.url)
-    } catch {
-      return { status: null, error: 'the URL is not valid' }
-    }
-    const literal = ipLiteralOf(url)
-    if (literal && !options.allowPrivate && !isPublicAddress(literal)) {
-      return { status: null, error: `refused: ${literal} is not a public address` }
-    }
+    const target = webhookTarget(webhook.url, options.allowPrivate)
+    if ('error' in target) return { status: null, error: target.error }
+    const { url } = target
     const signal = AbortSignal.timeout(webhook.timeoutMs)
     try {
       const response = await request(url, {

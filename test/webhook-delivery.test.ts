@@ -402,6 +402,9 @@ describe('SSRF', () => {
       expect(mapped).toMatchObject({ status: null, error: expect.stringMatching(/refused/) })
       const decimal = await strict({ url: `http://2130706433:${receiver.port}/x`, headers: {}, body: '{}', timeoutMs: 1000 })
       expect(decimal).toMatchObject({ status: null, error: expect.stringMatching(/refused/) })
+      // A plain-http subscription made while the flag was on goes out no more once it is off.
+      const plain = await strict({ url: 'http://hooks.example.com/x', headers: {}, body: '{}', timeoutMs: 1000 })
+      expect(plain).toEqual({ status: null, error: 'refused: http: is not https' })
     } finally {
       await strict.close()
     }

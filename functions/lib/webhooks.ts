@@ -45,6 +45,8 @@ export const DELIVERY_TIMEOUT_MS = 15_000
 export const MAX_RETRY_AFTER_MS = 36_000_000
 /** At most this much of a response body is read (and thrown away); the rest is not waited for. */
 export const MAX_RESPONSE_BYTES = 64 * 1024
+/** How long a response body may take to arrive (up to MAX_RESPONSE_BYTES) once the status is in. */
+export const BODY_GRACE_MS = 1_000
 
 export interface DrainOptions {
   /** Deliveries claimed at a time (sent concurrently). */
@@ -115,6 +117,25 @@ export function subscriptionUrlProblem(value: string, allowPrivate: boolean): st
     return `url must point to a public address; ${url.hostname} is not one.`
   }
   return null
+}
+
+/**
+ * What both senders check before any connection: a URL that parses, with the scheme a
+ * subscription may have now (https; http only with allowPrivate, so http subscriptions made
+ * while the flag was on stop going out in plain text once it is off), and an IP literal that is
+ * public. Host names are vetted where they resolve (the platform's sender).
+ */
+export function webhookTarget(value: string, allowPrivate: boolean): { url: URL } | { error: string } {
+  let url: URL
+  try {
+    url = new URL(value)
+  } catch {
+    return { error: 'the URL is not valid' }
+  }
+  const literal = ipLiteralOf(url)
+  if (literal && !allowPrivate && !isPublicAddress(literal)) return { error: `refused: ${literal} is not a public address` }
+  if (url.protocol !== 'https:' && !(allowPrivate && url.protocol === 'http:')) return { error: `refused: ${url.protocol} is not https` }
+  return { url }
 }
 
 /** The URL as stored and sent: the parsed form (lower-case scheme and host, no stray whitespace). */

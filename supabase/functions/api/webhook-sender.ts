@@ -8,9 +8,7 @@
 // rebinding with a zero TTL) can still reach a private address from the edge runtime.
 // docs/security.md ("Webhooks and SSRF") says when that matters and how to close it (deliver
 // from Node with `npm run webhook-worker`, which pins the vetted address).
-import { MAX_RESPONSE_BYTES, type OutgoingWebhook, type WebhookResponse, type WebhookSender, ipLiteralOf, isPublicAddress } from '../../../functions/lib/webhooks.ts'
-
-const BODY_GRACE_MS = 1_000
+import { BODY_GRACE_MS, MAX_RESPONSE_BYTES, type OutgoingWebhook, type WebhookResponse, type WebhookSender, ipLiteralOf, isPublicAddress, webhookTarget } from '../../../functions/lib/webhooks.ts'
 
 async function resolveAll(hostname: string): Promise<string[]> {
   const answers = await Promise.allSettled([Deno.resolveDns(hostname, 'A'), Deno.resolveDns(hostname, 'AAAA')])
@@ -36,15 +34,12 @@ async function drain(response: Response): Promise<void> {
 
 export function denoWebhookSender(options: { allowPrivate: boolean }): WebhookSender {
   return async (webhook: OutgoingWebhook): Promise<WebhookResponse> => {
-    let url: URL
-    try {
-      url = new URL(webhook.url)
-    } catch {
-      return { status: null, error: 'the URL is not valid' }
-    }
-    if (!options.allowPrivate) {
-      const literal = ipLiteralOf(url)
-      const addresses = literal ? [literal] : await resolveAll(url.hostname)
+    const target = webhookTarget(webhook.url, options.allowPrivate)
+    if ('error' in target) return { status: null, error: target.error }
+    const { url } = target
+    if (!options.allowPrivate && !ipLiteralOf(url)) {
+      // Literals were checked by webhookTarget; names are resolved and every address vetted.
+      const addresses = await resolveAll(url.hostname)
       if (addresses.length === 0) return { status: null, error: `${url.hostname} does not resolve` }
       const refused = addresses.find((a) => !isPublicAddress(a))
       if (refused) return { status: null, error: `refused: ${url.hostname} resolves to ${refused}, which is not a public address` }
