@@ -228,7 +228,8 @@ begin
     perform app.http_error(403, 'Authentication required: send an API key or an OAuth access token.');
   end if;
 
-  if not subscribed then
+  -- Billing is what a lapsed account needs to see: it is answered without a subscription.
+  if not subscribed and access <> 'billing' then
     perform app.http_error(401, 'This account has no active subscription.');
   end if;
 
@@ -257,7 +258,10 @@ begin
     perform app.http_error(403, 'Devices are available to first-party apps with the notifications scope only.');
   elsif access = 'chat' and not ('chat' = any (granted) and chat_approved) then
     perform app.http_error(403, 'Direct messages need the chat scope from an approved application.');
-  elsif access not in ('read', 'write', 'upload', 'search', 'notifications', 'devices', 'chat') then
+  elsif access = 'billing' and kind <> 'api_key' and not ('billing' = any (granted)) then
+    -- API keys are the account's own (read-only ones too); tokens need the billing scope.
+    perform app.http_error(403, 'This access token lacks the billing scope.');
+  elsif access not in ('read', 'write', 'upload', 'search', 'notifications', 'devices', 'chat', 'billing') then
     raise exception 'unknown access kind %', access;
   end if;
 
@@ -274,7 +278,7 @@ $$;
 
 
 comment on function app.authenticate(jsonb, text) is
-  'Resolves a credential ({kind: api_key, key_hash} or a verified OAuth JWT payload) into request claims, or raises 403/401. Why in SQL: the key lookup, the revocation check and the subscription check ride in the same statement as the endpoint itself, so a request stays one round trip. Order: unknown credential 403, lapsed subscription 401, then what the credential may do 403: read (scope public), write (scope write), upload (write, or chat from an approved app), search (public, first-party), notifications, devices (first-party), chat (approved app). The HTTP layer also asks it before answering an input error (unknown credentials never see validation details). Security definer: credentials have no policies for members.';
+  'Resolves a credential ({kind: api_key, key_hash} or a verified OAuth JWT payload) into request claims, or raises 403/401. Why in SQL: the key lookup, the revocation check and the subscription check ride in the same statement as the endpoint itself, so a request stays one round trip. Order: unknown credential 403, lapsed subscription 401 (except for billing, which a lapsed account may read), then what the credential may do 403: read (scope public), write (scope write), upload (write, or chat from an approved app), search (public, first-party), notifications, devices (first-party), chat (approved app), billing (any API key, or scope billing). The HTTP layer also asks it before answering an input error (unknown credentials never see validation details). Security definer: credentials have no policies for members.';
 grant execute on function app.authenticate(jsonb, text) to service_role;
 
 -- ============================================================================
