@@ -19,6 +19,10 @@ import { todos } from './todos/todos.ts'
 import { uploads } from './uploads/uploads.ts'
 import { webhooks } from './webhooks/webhooks.ts'
 import { drainWebhooks } from './lib/webhooks.ts'
+import { account } from './account/account.ts'
+import { dataExports } from './exports/exports.ts'
+import { ExportArchiveSchema } from './exports/exports.routes.ts'
+import { runExports } from './lib/exports.ts'
 
 export type { AppDeps } from './lib/context.ts'
 
@@ -87,6 +91,8 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
   app.route('/', uploads)
   app.route('/', conversations)
   app.route('/', webhooks)
+  app.route('/', account)
+  app.route('/', dataExports)
 
   app.doc31('/v1/openapi.json', {
     openapi: '3.1.0',
@@ -102,6 +108,8 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
     scheme: 'bearer',
     description: 'An API key (svc_sk_…) or an OAuth 2.0 access token.',
   })
+  // What an export's download url serves: documented, though no route answers with it.
+  app.openAPIRegistry.register('ExportArchive', ExportArchiveSchema)
   // The storage worker, for pg_cron on Supabase (npm start runs it on a timer instead).
   app.post('/internal/maintenance', async (c) => {
     const presented = c.req.header('authorization')?.replace(/^Bearer\s+/i, '') ?? ''
@@ -114,6 +122,13 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
     const presented = c.req.header('authorization')?.replace(/^Bearer\s+/i, '') ?? ''
     if (!deps.workerSecret || !deps.webhookSender || !sameSecret(presented, deps.workerSecret)) return c.json({ error: 'No route matches POST /internal/webhooks.' }, 404)
     return c.json(await drainWebhooks(deps.sql, deps.webhookSender, { budgetMs: 60_000, ...deps.webhookDrain }), 200)
+  })
+
+  // The export worker, for Supabase Cron (npm start runs it on a timer and after each request).
+  app.post('/internal/exports', async (c) => {
+    const presented = c.req.header('authorization')?.replace(/^Bearer\s+/i, '') ?? ''
+    if (!deps.workerSecret || !sameSecret(presented, deps.workerSecret)) return c.json({ error: 'No route matches POST /internal/exports.' }, 404)
+    return c.json(await runExports(deps.sql, deps.storage, { publicUrl: deps.publicUrl, budgetMs: deps.exportBudgetMs ?? 60_000 }), 200)
   })
 
   app.get('/docs', Scalar({ url: basePath + '/v1/openapi.json', pageTitle: 'Todo-Sharing Service API' }))

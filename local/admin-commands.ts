@@ -251,6 +251,43 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
     },
   },
 
+  'deletion-requests': {
+    options: {},
+    run: async (ctx) => {
+      // The review queue, oldest first.
+      const rows = await ctx.sql`
+        select u.username as user, app.to_public_id('user', u.id) as id, r.requested_at
+        from app.account_deletion_requests r join app.users u on u.id = r.user_id
+        order by r.requested_at, r.user_id`
+      return { data: rows.map((r) => ({ user: r.user, id: r.id, requested_at: (r.requested_at as Date).toISOString() })) }
+    },
+  },
+
+  'approve-deletion': {
+    options: { user: { type: 'string' } },
+    run: async (ctx, o) => {
+      const user = await findUser(ctx.sql, required(o, 'user'))
+      // One transaction: every row of the member, their credentials with them, and the outbox
+      // rows that make the storage worker delete their files (app.delete_account).
+      return await ctx.sql.begin(async (tx) => {
+        const [request] = await tx`select 1 from app.account_deletion_requests where user_id = ${user.id} for update`
+        if (!request) throw new AdminError(`${user.username} has not asked for their account to be deleted`)
+        const [row] = await tx<{ result: { deleted: string } }[]>`select app.delete_account(${user.id}::uuid) as result`
+        return row!.result
+      })
+    },
+  },
+
+  'reject-deletion': {
+    options: { user: { type: 'string' } },
+    run: async (ctx, o) => {
+      const user = await findUser(ctx.sql, required(o, 'user'))
+      const rows = await ctx.sql`delete from app.account_deletion_requests where user_id = ${user.id} returning user_id`
+      if (rows.length === 0) throw new AdminError(`${user.username} has no pending deletion request`)
+      return { user: user.username, rejected: true }
+    },
+  },
+
   'revoke-token': {
     options: { jti: { type: 'string' }, token: { type: 'string' } },
     run: async (ctx, o) => {

@@ -10,6 +10,7 @@ import { migrate } from './migrate.ts'
 import { startRealtimeGateway } from './realtime.ts'
 import { localStorage, runStorageMaintenance } from './storage.ts'
 import { runWebhookWorker } from './webhook-runner.ts'
+import { runExportWorker } from './export-runner.ts'
 import { nodeWebhookSender } from './webhook-sender.ts'
 
 const config = readConfig()
@@ -23,6 +24,7 @@ const storage = localStorage({ dir: storageDir, publicUrl: config.publicUrl, jwt
 const app = createApp({
   sql, publicUrl: config.publicUrl, jwtSecret: config.jwtSecret, upgradeUrl: config.upgradeUrl, storage,
   webhookAllowPrivate: config.webhookAllowPrivate, onTodoCreated: () => webhookWorker.kick(),
+  onExportCreated: () => exportWorker.kick(),
 })
 app.route('/', storage.routes)
 
@@ -37,6 +39,10 @@ maintenance.unref()
 const webhookSql = createSql(database.url, { max: 2 })
 const webhookSender = nodeWebhookSender({ allowPrivate: config.webhookAllowPrivate })
 const webhookWorker = runWebhookWorker(webhookSql, webhookSender, { drain: { lanes: 2 } })
+// The export worker (every 5 seconds, and right after each POST /v1/exports), on a connection of
+// its own: an archive of a large account takes a while, which must not hold the API's connections.
+const exportSql = createSql(database.url, { max: 1 })
+const exportWorker = runExportWorker(exportSql, storage, { publicUrl: config.publicUrl })
 const realtime = await startRealtimeGateway({ databaseUrl: database.url, jwtSecret: config.jwtSecret, privateOnly: true })
 const server = serve({ fetch: app.fetch, hostname: config.host, port: config.port }, () => {
   console.log(`Todo-sharing API listening on ${config.publicUrl}`)
@@ -54,10 +60,12 @@ async function shutdown(signal: string) {
   console.log(`\n${signal}: stopping…`)
   clearInterval(maintenance)
   await webhookWorker.stop()
+  await exportWorker.stop()
   await realtime.close()
   server.close()
   await sql.end({ timeout: 5 })
   await webhookSql.end({ timeout: 5 })
+  await exportSql.end({ timeout: 5 })
   await webhookSender.close()
   await database.stop()
   process.exit(0)

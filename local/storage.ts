@@ -7,14 +7,15 @@ import { createReadStream, createWriteStream } from 'node:fs'
 import { mkdir, open, readdir, rename, rm, stat } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import { Readable } from 'node:stream'
-import { finished } from 'node:stream/promises'
+import { finished, pipeline } from 'node:stream/promises'
 import { Hono } from 'hono'
 import { imageSizeFromFile } from 'image-size/fromFile'
 import type { Sql } from 'postgres'
 import { runStorageMaintenance as runSharedMaintenance } from '../functions/lib/maintenance.ts'
 import { SNIFF_BYTES, fileHeaders, storedType } from '../functions/lib/media.ts'
 import {
-  type FileStorage, UPLOAD_LIFETIME_SECONDS, hmacHex, localUploadCanonical, localUploadPath, sameHex, uploadSigningKey,
+  EXPORT_KEY_PATTERN, type FileStorage, UPLOAD_LIFETIME_SECONDS, hmacHex, localExportCanonical, localUploadCanonical, localUploadPath,
+  sameHex, uploadSigningKey,
 } from '../functions/lib/storage.ts'
 
 export interface LocalStorageOptions {
@@ -70,6 +71,8 @@ async function readHead(path: string, bytes: number): Promise<Uint8Array> {
 export function localStorage(options: LocalStorageOptions): LocalStorage {
   const signingKey = uploadSigningKey(options.jwtSecret)
   const pathOf = (key: string) => join(options.dir, 'uploads', ...key.split('/'))
+  // Archives (exports/<hex>/export.json) under DATA_DIR/storage/exports, apart from uploads.
+  const exportPathOf = (key: string) => join(options.dir, ...key.split('/'))
   const incomingDir = join(options.dir, '.incoming')
   const idleTimeoutMs = options.idleTimeoutMs ?? 30_000
   const putDeadlineMs = options.putDeadlineMs ?? 30 * 60_000
@@ -205,8 +208,63 @@ export function localStorage(options: LocalStorageOptions): LocalStorage {
     return c.json({ Key: `uploads/${key}` }, 200)
   })
 
+  // A data export's archive, for whoever holds the signed URL until it expires (Supabase
+  // Storage's signed download URLs do the same); always a download, never rendered here.
+  routes.get('/storage/v1/exports/:folder/export.json', async (c) => {
+    const key = `exports/${c.req.param('folder')}/export.json`
+    if (!EXPORT_KEY_PATTERN.test(key)) return problem(404, 'No such export.')
+    const expires = Number(c.req.query('expires'))
+    const expected = await hmacHex(await signingKey, localExportCanonical(key, expires))
+    if (!sameHex(expected, c.req.query('signature') ?? '')) return problem(403, 'The download signature does not match.')
+    if (!(expires * 1000 > Date.now())) return problem(403, 'The download URL has expired; ask for a new export.')
+    const path = exportPathOf(key)
+    const info = await stat(path).catch(() => null)
+    if (!info) return problem(404, 'No such export: it expired or was deleted.')
+    return new Response(Readable.toWeb(createReadStream(path)) as ReadableStream, {
+      headers: {
+        'content-type': 'application/json',
+        'content-length': String(info.size),
+        'content-disposition': 'attachment; filename="todo-export.json"',
+        'x-content-type-options': 'nosniff',
+        'cache-control': 'private, no-store',
+      },
+    })
+  })
+
   return {
     routes,
+
+    async writeExport(key, body) {
+      if (!EXPORT_KEY_PATTERN.test(key)) throw new Error(`not an export key: ${key}`)
+      // Written beside its final place and renamed once complete: a reader never sees half an archive.
+      const target = exportPathOf(key)
+      await mkdir(dirname(target), { recursive: true })
+      const partial = `${target}${INCOMING_SUFFIX}`
+      const out = createWriteStream(partial)
+      let bytes = 0
+      try {
+        const counted = body.pipeThrough(new TransformStream<Uint8Array, Uint8Array>({
+          transform(chunk, controller) {
+            bytes += chunk.byteLength
+            controller.enqueue(chunk)
+          },
+        }))
+        await pipeline(Readable.fromWeb(counted as never), out)
+        await rename(partial, target)
+        return bytes
+      } catch (err) {
+        out.destroy()
+        await rm(partial, { force: true }).catch(() => {})
+        throw err
+      }
+    },
+
+    async signExportDownload(key, expiresAt) {
+      const expires = Math.floor(expiresAt.getTime() / 1000)
+      const signature = await hmacHex(await signingKey, localExportCanonical(key, expires))
+      const query = new URLSearchParams({ expires: String(expires), signature })
+      return `${options.publicUrl}/storage/v1/${key}?${query}`
+    },
 
     async signUpload(upload) {
       const expires = Math.floor(Date.now() / 1000) + UPLOAD_LIFETIME_SECONDS
@@ -222,6 +280,7 @@ export function localStorage(options: LocalStorageOptions): LocalStorage {
     async deleteFiles(keys) {
       for (const key of keys) {
         if (KEY_PATTERN.test(key)) await rm(pathOf(key), { force: true })
+        else if (EXPORT_KEY_PATTERN.test(key)) await rm(exportPathOf(key), { force: true })
       }
     },
 

@@ -24,6 +24,11 @@ const ROUTE_ACCESS: Record<string, Access> = {
   // Subscriptions are an integration's configuration, and their URLs often carry the
   // receiver's own credential: reading them needs what changing them needs (docs/security.md).
   'GET /v1/webhooks/subscriptions': 'write',
+  // An export archive holds the member's webhook URLs (above): reading exports needs the same.
+  'GET /v1/exports': 'write',
+  'GET /v1/exports/:export_id': 'write',
+  // The billing scope's endpoint: any API key, or a token with `billing` (also for a lapsed account).
+  'GET /v1/billing': 'billing',
 }
 
 /** The access a route needs: from the table, else `read` for GET and `write` for the rest. */

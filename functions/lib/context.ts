@@ -26,6 +26,10 @@ export interface AppDeps {
   webhookDrain?: DrainOptions
   /** Called after POST /v1/todos created a todo: npm start wakes its in-process webhook worker. */
   onTodoCreated?: () => void
+  /** Called after POST /v1/exports asked for an export: npm start wakes its in-process export worker. */
+  onExportCreated?: () => void
+  /** Budget of one POST /internal/exports (the export worker, which Supabase Cron calls). */
+  exportBudgetMs?: number
 }
 
 export interface AppEnv {

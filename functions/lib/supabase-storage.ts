@@ -2,9 +2,11 @@
 // (the client PUTs straight to Supabase), and signed download URLs for GET /files/{key}.
 // Runtime-neutral (fetch only), so the Edge Function uses it as is.
 import { servedInline } from './media.ts'
-import type { FileStorage, SignedUpload, UploadToSign } from './storage.ts'
+import { EXPORT_KEY_PATTERN, type FileStorage, type SignedUpload, type UploadToSign } from './storage.ts'
 
 export const UPLOADS_BUCKET = 'uploads'
+/** Data export archives: private, JSON only (the migration and supabase/config.toml declare it). */
+export const EXPORTS_BUCKET = 'exports'
 
 export interface SupabaseStorageOptions {
   /** https://<ref>.supabase.co */
@@ -22,6 +24,21 @@ export interface SupabaseStorageOptions {
 }
 
 const objectPath = (key: string) => `${UPLOADS_BUCKET}/${key.split('/').map(encodeURIComponent).join('/')}`
+/** An archive's key is `exports/<name>`: the bucket, then the object's name in it. */
+const exportName = (key: string) => key.slice(`${EXPORTS_BUCKET}/`.length)
+const exportPath = (key: string) => `${EXPORTS_BUCKET}/${exportName(key).split('/').map(encodeURIComponent).join('/')}`
+
+/** Counts the bytes that pass, for the archive's size. */
+function counting(body: ReadableStream<Uint8Array>): { stream: ReadableStream<Uint8Array>; bytes: () => number } {
+  let bytes = 0
+  const stream = body.pipeThrough(new TransformStream<Uint8Array, Uint8Array>({
+    transform(chunk, controller) {
+      bytes += chunk.byteLength
+      controller.enqueue(chunk)
+    },
+  }))
+  return { stream, bytes: () => bytes }
+}
 
 export function supabaseStorage(options: SupabaseStorageOptions): FileStorage {
   const base = options.supabaseUrl.replace(/\/+$/, '') + '/storage/v1'
@@ -42,9 +59,37 @@ export function supabaseStorage(options: SupabaseStorageOptions): FileStorage {
     },
 
     async deleteFiles(keys: string[]): Promise<void> {
-      if (keys.length === 0) return
-      const response = await request(`${base}/object/${UPLOADS_BUCKET}`, { method: 'DELETE', headers, body: JSON.stringify({ prefixes: keys }) })
-      if (!response.ok) throw new Error(`Supabase Storage refused to delete files: ${response.status} ${await response.text()}`)
+      // Export archives (exports/…) live in their own bucket; everything else is an upload.
+      const archives = keys.filter((key) => EXPORT_KEY_PATTERN.test(key)).map(exportName)
+      const files = keys.filter((key) => !EXPORT_KEY_PATTERN.test(key))
+      for (const [bucket, prefixes] of [[UPLOADS_BUCKET, files], [EXPORTS_BUCKET, archives]] as const) {
+        if (prefixes.length === 0) continue
+        const response = await request(`${base}/object/${bucket}`, { method: 'DELETE', headers, body: JSON.stringify({ prefixes }) })
+        if (!response.ok) throw new Error(`Supabase Storage refused to delete files: ${response.status} ${await response.text()}`)
+      }
+    },
+
+    async writeExport(key: string, body: ReadableStream<Uint8Array>): Promise<number> {
+      // Streamed as the worker pages through the data (a request body stream: `duplex: 'half'`,
+      // which Node's and Deno's fetch both take), so the archive is never held whole.
+      const counted = counting(body)
+      const response = await request(`${base}/object/${exportPath(key)}`, {
+        method: 'POST',
+        headers: { authorization: headers.authorization, apikey: headers.apikey, 'content-type': 'application/json', 'cache-control': 'no-store' },
+        body: counted.stream,
+        duplex: 'half',
+      } as RequestInit)
+      if (!response.ok) throw new Error(`Supabase Storage refused an export archive: ${response.status} ${await response.text()}`)
+      return counted.bytes()
+    },
+
+    async signExportDownload(key: string, expiresAt: Date): Promise<string> {
+      const expiresIn = Math.max(1, Math.floor((expiresAt.getTime() - Date.now()) / 1000))
+      const response = await request(`${base}/object/sign/${exportPath(key)}`, { method: 'POST', headers, body: JSON.stringify({ expiresIn }) })
+      if (!response.ok) throw new Error(`Supabase Storage refused to sign an export download: ${response.status} ${await response.text()}`)
+      const { signedURL } = (await response.json()) as { signedURL: string }
+      // Always a download (Content-Disposition: attachment), never shown on the API's origin.
+      return `${base}${signedURL}&download=todo-export.json`
     },
 
     async readStart(key: string, bytes: number): Promise<Uint8Array | null> {

@@ -45,6 +45,8 @@ create table app.exports (
 );
 comment on table app.exports is
   'A member''s data export (POST /v1/exports): pending until a worker claims it, running while one writes the archive (claim and lease_until: a worker that dies leaves it to the next once the lease ends), ready with a signed download_url until expires_at (24 h after completion; the archive is deleted then), or failed after three attempts.';
+comment on column app.exports.lease_until is
+  'Of a running export: when its worker''s lease ends (then another worker may take it). Of a pending export after a failed attempt: not to be claimed before then.';
 comment on column app.exports.claim is
   'The running attempt''s token: every page and the completion must present it, so a worker whose lease ran out (and whose export another worker took over) cannot write into it.';
 comment on column app.exports.file_key is
@@ -99,7 +101,8 @@ begin
   return query
   with next as (
     select e.id from app.exports e
-    where e.status = 'pending' or (e.status = 'running' and e.lease_until < now())
+    where (e.status = 'pending' and (e.lease_until is null or e.lease_until <= now()))
+       or (e.status = 'running' and e.lease_until < now())
     order by e.created_at, e.id
     limit 1
     for update skip locked
@@ -113,7 +116,7 @@ begin
 end;
 $$;
 comment on function app.claim_export(interval, integer) is
-  'The export worker''s claim: the oldest pending export, or a running one whose lease ended (its worker died), leased for `lease` under a new claim token, in one short statement that commits at once (skip locked: workers never take the same one). Running exports whose lease ended after max_attempts attempts become failed first. Not granted to members: the worker runs as the database owner.';
+  'The export worker''s claim: the oldest pending export (not waiting to be retried), or a running one whose lease ended (its worker died), leased for `lease` under a new claim token, in one short statement that commits at once (skip locked: workers never take the same one). Running exports whose lease ended after max_attempts attempts become failed first. Not granted to members: the worker runs as the database owner.';
 
 create function app.export_page(export_id uuid, export_claim uuid, section text, after text, page_size integer, base_url text, lease interval)
 returns table (cursor text, item jsonb)
@@ -283,7 +286,7 @@ $$;
 comment on function app.complete_export(uuid, uuid, text, bigint, text, timestamptz) is
   'Marks the worker''s export ready with its archive and signed download URL; null (nothing changed) when the claim is no longer the export''s (its lease ended and another worker took it over), in which case the caller deletes the archive it wrote.';
 
-create function app.fail_export(export_id uuid, export_claim uuid, reason text, max_attempts integer)
+create function app.fail_export(export_id uuid, export_claim uuid, reason text, max_attempts integer, retry_after interval)
 returns text
 language sql
 volatile
@@ -293,12 +296,13 @@ as $$
   update app.exports e
      set status = case when e.attempts >= max_attempts then 'failed' else 'pending' end,
          completed_at = case when e.attempts >= max_attempts then now() end,
-         error = left(reason, 500), claim = null, lease_until = null, updated_at = now()
+         error = left(reason, 500), claim = null,
+         lease_until = case when e.attempts < max_attempts then now() + retry_after end, updated_at = now()
    where e.id = export_id and e.claim = export_claim and e.status = 'running'
   returning e.status
 $$;
-comment on function app.fail_export(uuid, uuid, text, integer) is
-  'Records a failed attempt of the worker''s export: pending again for another attempt, or failed after max_attempts. Returns the new status (null when the claim is no longer the export''s).';
+comment on function app.fail_export(uuid, uuid, text, integer, interval) is
+  'Records a failed attempt of the worker''s export: pending again, not to be claimed before retry_after has passed (lease_until of a pending export: a failing export is not retried in a tight loop), or failed after max_attempts. Returns the new status (null when the claim is no longer the export''s).';
 
 create function app.expire_exports()
 returns integer

@@ -14,6 +14,7 @@ import { localStorage, runStorageMaintenance } from '../../local/storage.ts'
 import { databaseUrl } from './net.ts'
 import { nodeWebhookSender } from '../../local/webhook-sender.ts'
 import { type DrainOptions, drainWebhooks } from '../../functions/lib/webhooks.ts'
+import { type ExportOptions, runExports } from '../../functions/lib/exports.ts'
 
 export const JWT_SECRET = 'test-jwt-secret-that-is-long-enough-for-hs256'
 export const WORKER_SECRET = 'test-worker-secret'
@@ -137,6 +138,8 @@ export async function startWorld(options: WorldOptions = {}) {
     maintain: (staleAfter?: string) => runStorageMaintenance(sql, storage, staleAfter),
     /** One pass of the webhook worker with this world's sender (WEBHOOK_ALLOW_PRIVATE as the world's). */
     drainWebhooks: (drain?: DrainOptions) => drainWebhooks(sql, webhookSender, drain),
+    /** One pass of the export worker (url fields with the app's {base_url}, archives in this world's storage). */
+    runExports: (options: Partial<ExportOptions> = {}) => runExports(sql, storage, { publicUrl: 'http://api.test', ...options }),
     async close() {
       await realtime.close()
       await webhookSender.close()

@@ -301,7 +301,8 @@ begin
   return query
   with next as (
     select e.id from app.exports e
-    where e.status = 'pending' or (e.status = 'running' and e.lease_until < now())
+    where (e.status = 'pending' and (e.lease_until is null or e.lease_until <= now()))
+       or (e.status = 'running' and e.lease_until < now())
     order by e.created_at, e.id
     limit 1
     for update skip locked
@@ -609,7 +610,8 @@ CREATE OR REPLACE FUNCTION app.fail_export (
   export_id    uuid,
   export_claim uuid,
   reason       text,
-  max_attempts integer
+  max_attempts integer,
+  retry_after  interval
 )
   RETURNS text
   LANGUAGE sql
@@ -619,7 +621,8 @@ CREATE OR REPLACE FUNCTION app.fail_export (
   update app.exports e
      set status = case when e.attempts >= max_attempts then 'failed' else 'pending' end,
          completed_at = case when e.attempts >= max_attempts then now() end,
-         error = left(reason, 500), claim = null, lease_until = null, updated_at = now()
+         error = left(reason, 500), claim = null,
+         lease_until = case when e.attempts < max_attempts then now() + retry_after end, updated_at = now()
    where e.id = export_id and e.claim = export_claim and e.status = 'running'
   returning e.status
 $function$;
@@ -709,6 +712,9 @@ COMMENT ON COLUMN "app"."exports"."download_url" IS 'Signed by the worker when t
 -- app.exports: supabase/schemas/88_accounts.sql
 COMMENT ON COLUMN "app"."exports"."file_key" IS 'Storage key of the archive (exports/<128 random bits>/export.json, in the private exports bucket); null before it is written and after it expired (queued in app.file_deletions).';
 
+-- app.exports: supabase/schemas/88_accounts.sql
+COMMENT ON COLUMN "app"."exports"."lease_until" IS 'Of a running export: when its worker''s lease ends (then another worker may take it). Of a pending export after a failed attempt: not to be claimed before then.';
+
 -- api.account_delete: supabase/schemas/88_accounts.sql
 COMMENT ON FUNCTION "api"."account_delete"() IS 'DELETE /v1/account: records a request to delete the member''s account for the operator''s team to review (204). 422 while one is pending (concurrent requests too: the primary key decides). Nothing else changes until it is approved: the account keeps working.';
 
@@ -728,7 +734,7 @@ COMMENT ON FUNCTION "api"."exports_list"(integer, text) IS 'GET /v1/exports: the
 COMMENT ON FUNCTION "app"."authenticate"(jsonb, text) IS 'Resolves a credential ({kind: api_key, key_hash} or a verified OAuth JWT payload) into request claims, or raises 403/401. Why in SQL: the key lookup, the revocation check and the subscription check ride in the same statement as the endpoint itself, so a request stays one round trip. Order: unknown credential 403, lapsed subscription 401 (except for billing, which a lapsed account may read), then what the credential may do 403: read (scope public), write (scope write), upload (write, or chat from an approved app), search (public, first-party), notifications, devices (first-party), chat (approved app), billing (any API key, or scope billing). The HTTP layer also asks it before answering an input error (unknown credentials never see validation details). Security definer: credentials have no policies for members.';
 
 -- app.claim_export: supabase/schemas/88_accounts.sql
-COMMENT ON FUNCTION "app"."claim_export"(interval, integer) IS 'The export worker''s claim: the oldest pending export, or a running one whose lease ended (its worker died), leased for `lease` under a new claim token, in one short statement that commits at once (skip locked: workers never take the same one). Running exports whose lease ended after max_attempts attempts become failed first. Not granted to members: the worker runs as the database owner.';
+COMMENT ON FUNCTION "app"."claim_export"(interval, integer) IS 'The export worker''s claim: the oldest pending export (not waiting to be retried), or a running one whose lease ended (its worker died), leased for `lease` under a new claim token, in one short statement that commits at once (skip locked: workers never take the same one). Running exports whose lease ended after max_attempts attempts become failed first. Not granted to members: the worker runs as the database owner.';
 
 -- app.complete_export: supabase/schemas/88_accounts.sql
 COMMENT ON FUNCTION "app"."complete_export"(uuid, uuid, text, bigint, text, timestamp with time zone) IS 'Marks the worker''s export ready with its archive and signed download URL; null (nothing changed) when the claim is no longer the export''s (its lease ended and another worker took it over), in which case the caller deletes the archive it wrote.';
@@ -746,7 +752,7 @@ COMMENT ON FUNCTION "app"."export_json"(app.exports) IS 'An Export as the API re
 COMMENT ON FUNCTION "app"."export_page"(uuid, uuid, text, text, integer, text, interval) IS 'One page of one section of a member''s export, for the worker holding the export (claim): rows after the cursor `after` (the last row''s cursor of the previous page; null for the first), at most page_size, each with its cursor. Keyset on an index of each table, so a member with tens of thousands of todos is read in bounded pages, never at once. Renews the lease (a worker making progress keeps its export); raises PT409 when the claim is no longer the export''s. Security definer: the worker runs as the database owner, and the rows are the member''s own. base_url makes the attachment URLs, as app.public_url() does for the API.';
 
 -- app.fail_export: supabase/schemas/88_accounts.sql
-COMMENT ON FUNCTION "app"."fail_export"(uuid, uuid, text, integer) IS 'Records a failed attempt of the worker''s export: pending again for another attempt, or failed after max_attempts. Returns the new status (null when the claim is no longer the export''s).';
+COMMENT ON FUNCTION "app"."fail_export"(uuid, uuid, text, integer, interval) IS 'Records a failed attempt of the worker''s export: pending again, not to be claimed before retry_after has passed (lease_until of a pending export: a failing export is not retried in a tight loop), or failed after max_attempts. Returns the new status (null when the claim is no longer the export''s).';
 
 -- app.tg_exports__queue_file_deletion: supabase/schemas/88_accounts.sql
 COMMENT ON FUNCTION "app"."tg_exports__queue_file_deletion"() IS 'Queues the archive of a removed export (the member''s account deleted) for deletion, in the same transaction, as uploads are.';
@@ -824,10 +830,10 @@ REVOKE ALL ON FUNCTION "app"."export_page"(uuid, uuid, text, text, integer, text
 GRANT EXECUTE ON FUNCTION "app"."export_page"(uuid, uuid, text, text, integer, text, interval) TO "postgres";
 
 -- app.fail_export: supabase/schemas/88_accounts.sql
-REVOKE ALL ON FUNCTION "app"."fail_export"(uuid, uuid, text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION "app"."fail_export"(uuid, uuid, text, integer, interval) FROM PUBLIC;
 
 -- app.fail_export: supabase/schemas/88_accounts.sql
-GRANT EXECUTE ON FUNCTION "app"."fail_export"(uuid, uuid, text, integer) TO "postgres";
+GRANT EXECUTE ON FUNCTION "app"."fail_export"(uuid, uuid, text, integer, interval) TO "postgres";
 
 -- app.tg_exports__queue_file_deletion: supabase/schemas/88_accounts.sql
 REVOKE ALL ON FUNCTION "app"."tg_exports__queue_file_deletion"() FROM PUBLIC;

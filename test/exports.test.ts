@@ -1,0 +1,266 @@
+// Data exports (issue 17, item 3) and the billing scope (item 4), over real HTTP on a real
+// PostgreSQL: request, progress, the worker (leases, retries, giving up), download of the signed
+// URL and the archive's contents, the limits, and a 20,000-todo account exported in bounded pages.
+import { createHash } from 'node:crypto'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { EXPORT_PAGE_SIZE, runExports } from '../functions/lib/exports.ts'
+import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+
+let world: TestWorld
+let alice: CreatedUser
+let bob: CreatedUser
+
+const localUrl = (url: string) => url.replace('http://api.test', world.baseUrl)
+
+/** An attachment of `user`'s: asked for, PUT, ready to attach (its signed_id). */
+async function uploadText(user: CreatedUser, text: string) {
+  const file = Buffer.from(text)
+  const asked = await world.post('/v1/uploads', {
+    auth: user.api_key,
+    json: { filename: 'notes.txt', byte_size: file.length, checksum: createHash('md5').update(file).digest('base64'), content_type: 'text/plain' },
+  })
+  expect(asked.status).toBe(200)
+  const put = await fetch(localUrl(asked.body.url), { method: 'PUT', headers: asked.body.headers, body: new Uint8Array(file) })
+  expect(put.status).toBe(200)
+  return asked.body as { signed_id: string; key: string }
+}
+
+async function download(url: string) {
+  const response = await fetch(url)
+  return { status: response.status, headers: response.headers, text: await response.text() }
+}
+
+beforeAll(async () => {
+  world = await startWorld()
+  alice = await world.createUser('alice', '--first-name', 'Alice')
+  bob = await world.createUser('bob')
+})
+afterAll(() => world.close())
+
+describe('POST /v1/exports, the worker and the archive', () => {
+  let exportId: string
+
+  it('202 with a pending export; one in progress per member (429); others’ exports are 404', async () => {
+    // Alice's data: todos (one with an attachment), a comment and a like on Bob's todo, a project,
+    // follows both ways, a mute and a webhook subscription.
+    const attachment = await uploadText(alice, 'shopping list')
+    const first = await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'shipped the #rocket launch', attachments: [attachment.signed_id] } })
+    expect(first.status).toBe(201)
+    await world.admin('create-project', '--owner', 'alice', '--name', 'Rocket', '--slug', 'rocket', '--hashtag', 'rocket')
+    await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'second todo with @bob' } })
+    const bobs = await world.post('/v1/todos', { auth: bob.api_key, json: { body: 'bob did a thing' } })
+    expect((await world.post('/v1/comments', { auth: alice.api_key, json: { commentable_type: 'Todo', commentable_id: bobs.body.id, body: 'nice one' } })).status).toBe(201)
+    expect((await world.post('/v1/reactions', { auth: alice.api_key, json: { reactable_type: 'Todo', reactable_id: bobs.body.id } })).status).toBe(201)
+    expect((await world.post('/v1/users/bob/follow', { auth: alice.api_key })).status).toBe(204)
+    expect((await world.post('/v1/users/alice/follow', { auth: bob.api_key })).status).toBe(204)
+    const carol = await world.createUser('carol')
+    expect((await world.post(`/v1/users/${carol.id}/mute`, { auth: alice.api_key })).status).toBe(204)
+    const hook = await world.post('/v1/webhooks/subscriptions', { auth: alice.api_key, json: { url: 'https://hooks.example.com/todos?token=abc', event_type: 'new_todo' } })
+    expect(hook.status).toBe(201)
+
+    const created = await world.post('/v1/exports', { auth: alice.api_key })
+    expect(created.status).toBe(202)
+    expect(created.body).toMatchObject({ id: expect.stringMatching(/^exp_[0-9a-f]{32}$/), status: 'pending', created_at: expect.any(String), url: null })
+    exportId = created.body.id
+
+    const again = await world.post('/v1/exports', { auth: alice.api_key })
+    expect(again.status).toBe(429)
+    expect(again.body.error).toMatch(/already in progress/)
+    expect(again.headers.get('retry-after')).toBe('30')
+
+    expect((await world.get(`/v1/exports/${exportId}`, { auth: bob.api_key })).status).toBe(404)
+    expect((await world.get('/v1/exports', { auth: bob.api_key })).body).toEqual({ data: [], has_more: false, total_count: 0, after: null })
+    expect((await world.get(`/v1/exports/exp_${'0'.repeat(32)}`, { auth: alice.api_key })).status).toBe(404)
+
+    // Read-only keys and tokens without write: 403 (an archive holds webhook URLs).
+    expect((await world.post('/v1/exports', { auth: alice.read_only_api_key })).status).toBe(403)
+    expect((await world.get(`/v1/exports/${exportId}`, { auth: alice.read_only_api_key })).status).toBe(403)
+    const reader = await world.token('alice', 'public')
+    expect((await world.get('/v1/exports', { auth: reader })).status).toBe(403)
+  })
+
+  it('the worker writes the archive; GET shows ready with a signed url valid 24 hours; the download is the member’s own data', async () => {
+    const pending = await world.get(`/v1/exports/${exportId}`, { auth: alice.api_key })
+    expect(pending.body).toMatchObject({ status: 'pending', completed_at: null, url: null })
+
+    const run = await world.runExports()
+    expect(run).toMatchObject({ ready: 1, failed: 0, retrying: 0 })
+
+    const ready = await world.get(`/v1/exports/${exportId}`, { auth: alice.api_key })
+    expect(ready.status).toBe(200)
+    expect(ready.body).toMatchObject({ id: exportId, status: 'ready', url: expect.stringMatching(/^http/), byte_size: expect.any(Number) })
+    const window = Date.parse(ready.body.expires_at) - Date.parse(ready.body.completed_at)
+    expect(Math.abs(window - 24 * 3600 * 1000)).toBeLessThan(5_000)
+
+    const file = await download(ready.body.url)
+    expect(file.status).toBe(200)
+    expect(file.headers.get('content-type')).toBe('application/json')
+    expect(file.headers.get('content-disposition')).toMatch(/attachment/)
+    expect(Buffer.byteLength(file.text)).toBe(ready.body.byte_size)
+    const archive = JSON.parse(file.text)
+    expect(archive).toMatchObject({ format: 'todo-sharing-export', version: 1, export_id: exportId })
+    expect(archive.profile).toMatchObject({ id: alice.id, username: 'alice', first_name: 'Alice', dismissed_time_zone: null })
+    expect(archive.todos.map((t: { body: string }) => t.body)).toEqual(['shipped the #rocket launch', 'second todo with @bob'])
+    const [withFile] = archive.todos
+    expect(withFile.attachments).toEqual([expect.objectContaining({ filename: 'notes.txt', mime_type: 'text/plain', url: expect.stringMatching(/\/files\/[0-9a-f]{32}\/notes\.txt$/) })])
+    expect(archive.todos[1].mentioned_users).toEqual([{ id: bob.id, username: 'bob' }])
+    expect(archive.comments).toEqual([expect.objectContaining({ body: 'nice one', parent_id: null })])
+    expect(archive.reactions).toEqual([expect.objectContaining({ reactable_type: 'Todo' })])
+    expect(archive.projects).toEqual([expect.objectContaining({ name: 'Rocket', slug: 'rocket', owner: true })])
+    expect(archive.following).toEqual([expect.objectContaining({ id: bob.id, username: 'bob' })])
+    expect(archive.followers).toEqual([expect.objectContaining({ id: bob.id, username: 'bob' })])
+    expect(archive.mutes).toEqual([expect.objectContaining({ username: 'carol' })])
+    expect(archive.webhook_subscriptions).toEqual([expect.objectContaining({ url: 'https://hooks.example.com/todos?token=abc', event_type: 'new_todo' })])
+    expect(archive.webhook_subscriptions[0]).not.toHaveProperty('secret')
+    expect(file.text).not.toContain('whsec_')
+    expect(archive.notification_preferences).toEqual([])
+    // Nothing of Bob's own data: his todo is not in Alice's archive.
+    expect(file.text).not.toContain('bob did a thing')
+
+    // A wrong signature, or an altered expiry, is refused.
+    const tampered = new URL(ready.body.url)
+    tampered.searchParams.set('expires', String(Number(tampered.searchParams.get('expires')) + 3600))
+    expect((await download(tampered.toString())).status).toBe(403)
+  })
+
+  it('lists your exports newest first; a new one may start once the last finished', async () => {
+    const next = await world.post('/v1/exports', { auth: alice.api_key })
+    expect(next.status).toBe(202)
+    const list = await world.get('/v1/exports?limit=1', { auth: alice.api_key })
+    expect(list.body).toMatchObject({ data: [{ id: next.body.id, status: 'pending' }], has_more: true, total_count: 2, after: next.body.id })
+    const rest = await world.get(`/v1/exports?starting_after=${list.body.after}`, { auth: alice.api_key })
+    expect(rest.body).toMatchObject({ data: [{ id: exportId, status: 'ready' }], has_more: false, total_count: 2, after: null })
+    expect((await world.get(`/v1/exports?starting_after=${exportId.replace(/.$/, '0')}`, { auth: bob.api_key })).status).toBe(404)
+    expect((await world.runExports()).ready).toBe(1)
+  })
+
+  it('an archive whose 24 hours passed loses its url, and its file is deleted', async () => {
+    const ready = await world.get(`/v1/exports/${exportId}`, { auth: alice.api_key })
+    await world.sql`update app.exports set expires_at = now() - interval '1 second' where id = app.from_public_id('exp', ${exportId})`
+    const run = await world.runExports()
+    expect(run.expired).toBe(1)
+    const after = await world.get(`/v1/exports/${exportId}`, { auth: alice.api_key })
+    expect(after.body).toMatchObject({ status: 'ready', url: null })
+    expect((await world.maintain()).deletedFiles).toBeGreaterThanOrEqual(1)
+    expect((await download(ready.body.url)).status).toBe(404)
+  })
+})
+
+describe('the worker claims with a lease', () => {
+  it('a running export whose lease ran out (its worker died) is taken again; after three attempts it fails', async () => {
+    const dan = await world.createUser('dan')
+    await world.post('/v1/todos', { auth: dan.api_key, json: { body: 'dan was here' } })
+    const created = await world.post('/v1/exports', { auth: dan.api_key })
+    // A worker claims it and dies: the export stays running until the lease ends.
+    const [claimed] = await world.sql`select * from app.claim_export(interval '1 hour', 3)`
+    expect(claimed).toMatchObject({ attempts: 1 })
+    expect((await world.get(`/v1/exports/${created.body.id}`, { auth: dan.api_key })).body.status).toBe('running')
+    expect((await world.runExports()).ready).toBe(0) // still leased: nobody else takes it
+    // A page asked with a claim that is not the export's is refused.
+    await expect(world.sql`select * from app.export_page(${claimed!.export_id}::uuid, gen_random_uuid(), 'todos', null, 10, 'x', interval '1 minute')`).rejects.toThrow(/no longer held/)
+
+    await world.sql`update app.exports set lease_until = now() - interval '1 second' where id = ${claimed!.export_id}`
+    expect((await world.runExports()).ready).toBe(1)
+    const ready = await world.get(`/v1/exports/${created.body.id}`, { auth: dan.api_key })
+    expect(ready.body.status).toBe('ready')
+    expect(JSON.parse((await download(ready.body.url)).text).todos.map((t: { body: string }) => t.body)).toEqual(['dan was here'])
+
+    // Three dead workers: given up.
+    const second = await world.post('/v1/exports', { auth: dan.api_key })
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      const [again] = await world.sql`select * from app.claim_export(interval '1 hour', 3)`
+      expect(again!.attempts).toBe(attempt)
+      await world.sql`update app.exports set lease_until = now() - interval '1 second' where id = ${again!.export_id}`
+    }
+    expect((await world.runExports()).ready).toBe(0)
+    const failed = await world.get(`/v1/exports/${second.body.id}`, { auth: dan.api_key })
+    expect(failed.body).toMatchObject({ status: 'failed', url: null, completed_at: expect.any(String) })
+    // A failed export is not in progress: a new one may start.
+    expect((await world.post('/v1/exports', { auth: dan.api_key })).status).toBe(202)
+  })
+
+  it('an attempt that fails is tried again, and the archive it began is removed', async () => {
+    const erin = await world.createUser('erin')
+    await world.runExports() // nothing else pending
+    const created = await world.post('/v1/exports', { auth: erin.api_key })
+    // Storage that fails halfway through the archive (a full disk, a dropped connection).
+    const deleted: string[] = []
+    const failing = {
+      signUpload: async () => { throw new Error('unused') },
+      fileResponse: async () => new Response(null, { status: 404 }),
+      readStart: async () => null,
+      deleteFiles: async (keys: string[]) => { deleted.push(...keys) },
+      writeExport: async (_key: string, body: ReadableStream<Uint8Array>) => {
+        await body.getReader().read()
+        throw new Error('the disk is full')
+      },
+      signExportDownload: async () => 'unused',
+    }
+    const run = await runExports(world.sql, failing, { publicUrl: 'http://api.test' })
+    expect(run).toMatchObject({ ready: 0, retrying: 1 })
+    expect(deleted).toEqual([expect.stringMatching(/^exports\/[0-9a-f]{32}\/export\.json$/)])
+    expect((await world.get(`/v1/exports/${created.body.id}`, { auth: erin.api_key })).body.status).toBe('pending')
+    // Not at once: a failed attempt waits (a minute by default) before the next.
+    expect((await world.runExports()).ready).toBe(0)
+    await world.sql`update app.exports set lease_until = now() where id = app.from_public_id('exp', ${created.body.id})`
+    expect((await world.runExports()).ready).toBe(1)
+    const [row] = await world.sql`select attempts, error from app.exports where id = app.from_public_id('exp', ${created.body.id})`
+    expect(row).toMatchObject({ attempts: 2, error: null })
+  })
+
+  it('concurrent requests of one member: exactly one export starts', async () => {
+    const fay = await world.createUser('fay')
+    const answers = await Promise.all(Array.from({ length: 8 }, () => world.post('/v1/exports', { auth: fay.api_key })))
+    expect(answers.map((a) => a.status).sort()).toEqual([202, 429, 429, 429, 429, 429, 429, 429])
+  })
+})
+
+describe('a large account', () => {
+  it('20,000 todos are exported in pages of at most EXPORT_PAGE_SIZE rows, and all arrive in order', async () => {
+    const gus = await world.createUser('gus')
+    // A fast insert: the rows as the triggers would leave them, without running them 20,000 times.
+    await world.sql.begin(async (tx) => {
+      await tx`set local session_replication_role = replica`
+      await tx`
+        insert into app.todos (user_id, body, local_date, author_privacy, created_at, updated_at)
+        select app.from_public_id('user', ${gus.id}), 'todo number ' || n, (now() - make_interval(mins => 20000 - n))::date, 'public',
+               now() - make_interval(mins => 20000 - n), now() - make_interval(mins => 20000 - n)
+        from generate_series(1, 20000) n`
+    })
+    await world.runExports() // nothing else pending
+    const created = await world.post('/v1/exports', { auth: gus.api_key })
+    const run = await world.runExports()
+    expect(run.ready).toBe(1)
+    // Bounded memory: the data was read page by page, never at once.
+    expect(run.largestPage).toBeLessThanOrEqual(EXPORT_PAGE_SIZE)
+    expect(run.pages).toBeGreaterThanOrEqual(20000 / EXPORT_PAGE_SIZE)
+    const ready = await world.get(`/v1/exports/${created.body.id}`, { auth: gus.api_key })
+    const archive = JSON.parse((await download(ready.body.url)).text)
+    expect(archive.todos).toHaveLength(20000)
+    expect(archive.todos[0].body).toBe('todo number 1')
+    expect(archive.todos[19999].body).toBe('todo number 20000')
+    const numbers = archive.todos.map((t: { number: number }) => t.number)
+    expect(numbers.every((n: number, i: number) => i === 0 || n > numbers[i - 1])).toBe(true)
+  }, 120_000)
+})
+
+describe('GET /v1/billing', () => {
+  it('API keys (read-only too) and tokens with billing see the subscription and where to manage it', async () => {
+    const expected = { pro: true, status: 'active', manage_url: 'https://todo.test/upgrade' }
+    expect((await world.get('/v1/billing', { auth: alice.api_key })).body).toEqual(expected)
+    expect((await world.get('/v1/billing', { auth: alice.read_only_api_key })).body).toEqual(expected)
+    expect((await world.get('/v1/billing', { auth: await world.token('alice', 'billing') })).body).toEqual(expected)
+    const other = await world.get('/v1/billing', { auth: await world.token('alice', 'public write notifications chat', { firstParty: true, chat: true }) })
+    expect(other.status).toBe(403)
+    expect(other.body).toEqual({ error: 'This access token lacks the billing scope.' })
+    expect((await world.get('/v1/billing')).status).toBe(403)
+  })
+
+  it('a lapsed account still reads its billing status (every other endpoint is 401)', async () => {
+    const hal = await world.createUser('hal', '--no-subscription')
+    expect((await world.get('/v1/users/me', { auth: hal.api_key })).status).toBe(401)
+    const billing = await world.get('/v1/billing', { auth: hal.api_key })
+    expect(billing.status).toBe(200)
+    expect(billing.body).toEqual({ pro: false, status: 'inactive', manage_url: 'https://todo.test/upgrade' })
+  })
+})
