@@ -365,10 +365,10 @@ begin
    where p.owner_id = member
      and exists (select 1 from app.project_makers mk where mk.project_id = p.id and mk.accepted and mk.user_id <> member);
 
-  -- Conversations go first and whole (both sides, messages, reactions, attachments): deleted in
-  -- this order, no reaction.deleted broadcast names the member (messages are gone before their
-  -- reactions' triggers look for them). The realtime topics that carried the member are emptied,
-  -- and the other participants' inboxes told their new unread count.
+  -- Conversations go first and whole (both sides, messages, reactions, attachments), before the
+  -- member's own rows cascade: their message reactions then go with their messages, whose
+  -- reaction.deleted trigger finds no message and broadcasts nothing. The realtime topics that
+  -- carried the member are emptied, and the other participants' inboxes told their unread count.
   select array_agg(app.conversation_topic(c.id)) || array_agg(app.conversation_topic(c.id) || ':typing'),
          array_agg(case when c.user_low = member then c.user_high else c.user_low end)
     into topics, others

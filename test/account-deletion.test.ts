@@ -1,0 +1,265 @@
+// Account deletion under review (issue 17, items 1 and 2), over real HTTP on a real PostgreSQL:
+// the request (204, 422 while pending, 403 without a writing credential), the operator's queue,
+// rejection, and approval: every row and file of the member gone in one transaction, their
+// credentials dead at once, everyone else's counters exact, nothing of them readable through any
+// endpoint or realtime channel, and their username free again.
+import { createHash } from 'node:crypto'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { honouredTokenIds } from '../local/realtime/authorize.ts'
+import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+
+let world: TestWorld
+
+const localUrl = (url: string) => url.replace('http://api.test', world.baseUrl)
+const uuidOf = (publicId: string) => publicId.replace(/^[a-z]+_/, '').replace(/^(.{8})(.{4})(.{4})(.{4})(.{12})$/, '$1-$2-$3-$4-$5')
+
+async function uploadText(user: CreatedUser, text: string) {
+  const file = Buffer.from(text)
+  const asked = await world.post('/v1/uploads', {
+    auth: user.api_key,
+    json: { filename: 'notes.txt', byte_size: file.length, checksum: createHash('md5').update(file).digest('base64'), content_type: 'text/plain' },
+  })
+  expect(asked.status).toBe(200)
+  expect((await fetch(localUrl(asked.body.url), { method: 'PUT', headers: asked.body.headers, body: new Uint8Array(file) })).status).toBe(200)
+  return asked.body as { signed_id: string; key: string }
+}
+
+/** Every stored counter against a recount of the rows it counts: the rows that disagree. */
+async function counterDrift() {
+  const [drift] = await world.sql`
+    select
+      (select count(*) from app.todos t where t.reactions_count <> (select count(*) from app.reactions r where r.todo_id = t.id))::int as todo_reactions,
+      (select count(*) from app.todos t where t.comments_count <> (select count(*) from app.comments c where c.todo_id = t.id))::int as todo_comments,
+      (select count(*) from app.comments c where c.reactions_count <> (select count(*) from app.reactions r where r.comment_id = c.id))::int as comment_reactions,
+      (select count(*) from app.users u where u.followers_count <> (select count(*) from app.user_follows f where f.followee_id = u.id))::int as user_followers,
+      (select count(*) from app.users u where u.todos_count <> (select count(*) from app.todos t where t.user_id = u.id))::int as user_todos,
+      (select count(*) from app.projects p where p.followers_count <> (select count(*) from app.project_follows f where f.project_id = p.id))::int as project_followers,
+      ((select coalesce(sum(todos), 0) from app.todo_totals) <> (select count(*) from app.todos))::int as totals`
+  return drift
+}
+
+beforeAll(async () => {
+  world = await startWorld()
+})
+afterAll(() => world.close())
+
+describe('DELETE /v1/account', () => {
+  it('204 and a pending request; 422 while pending; 403 for a read-only key or a token without write; the account keeps working', async () => {
+    const ivy = await world.createUser('ivy')
+    const readOnly = await world.delete('/v1/account', { auth: ivy.read_only_api_key })
+    expect(readOnly.status).toBe(403)
+    expect(readOnly.body).toEqual({ error: 'This API key is read-only.' })
+    const reader = await world.delete('/v1/account', { auth: await world.token('ivy', 'public billing notifications chat', { firstParty: true, chat: true }) })
+    expect(reader.status).toBe(403)
+    expect(reader.body).toEqual({ error: 'This access token lacks the write scope.' })
+    expect((await world.admin('deletion-requests')).data).toEqual([])
+
+    const asked = await world.delete('/v1/account', { auth: ivy.api_key })
+    expect(asked.status).toBe(204)
+    expect(asked.text).toBe('')
+    const again = await world.delete('/v1/account', { auth: await world.token('ivy', 'write') })
+    expect(again.status).toBe(422)
+    expect(again.body).toEqual({ error: 'Your account’s deletion is already requested and waiting for review.'.replace('’', "'") })
+
+    // Until the request is decided, nothing changes.
+    expect((await world.get('/v1/users/me', { auth: ivy.api_key })).status).toBe(200)
+    expect((await world.post('/v1/todos', { auth: ivy.api_key, json: { body: 'still here' } })).status).toBe(201)
+  })
+
+  it('the operator lists requests oldest first; reject-deletion clears one, and the member may ask again', async () => {
+    const jo = await world.createUser('jo')
+    expect((await world.delete('/v1/account', { auth: jo.api_key })).status).toBe(204)
+    const queue = await world.admin('deletion-requests')
+    expect(queue.data).toEqual([
+      { user: 'ivy', id: expect.stringMatching(/^user_/), requested_at: expect.any(String) },
+      { user: 'jo', id: jo.id, requested_at: expect.any(String) },
+    ])
+    expect(Date.parse(queue.data[0].requested_at)).toBeLessThanOrEqual(Date.parse(queue.data[1].requested_at))
+
+    expect(await world.admin('reject-deletion', '--user', 'jo')).toEqual({ user: 'jo', rejected: true })
+    expect((await world.admin('deletion-requests')).data.map((r: { user: string }) => r.user)).toEqual(['ivy'])
+    await expect(world.admin('reject-deletion', '--user', 'jo')).rejects.toThrow(/no pending deletion request/)
+    await expect(world.admin('approve-deletion', '--user', 'jo')).rejects.toThrow(/has not asked/)
+    expect((await world.get('/v1/users/me', { auth: jo.api_key })).status).toBe(200)
+    expect((await world.delete('/v1/account', { auth: jo.api_key })).status).toBe(204)
+    expect(await world.admin('reject-deletion', '--user', jo.id)).toEqual({ user: 'jo', rejected: true })
+  })
+})
+
+describe('approve-deletion', () => {
+  let lea: CreatedUser
+  let bob: CreatedUser
+  let cat: CreatedUser
+  let dee: CreatedUser
+  const seen: Record<string, any> = {}
+
+  beforeAll(async () => {
+    lea = await world.createUser('lea')
+    bob = await world.createUser('bob')
+    cat = await world.createUser('cat')
+    dee = await world.createUser('dee', '--privacy', 'protected')
+
+    // Lea's own things: todos (one with a file), projects (one alone, one with Bob), a webhook,
+    // an export with its archive, credentials of every kind.
+    const file = await uploadText(lea, 'lea’s notes')
+    seen.fileKey = file.key
+    const leaTodo = await world.post('/v1/todos', { auth: lea.api_key, json: { body: 'lea finished a thing', attachments: [file.signed_id] } })
+    seen.leaTodo = leaTodo.body
+    await world.post('/v1/todos', { auth: lea.api_key, json: { body: 'lea finished another thing' } })
+    seen.solo = await world.admin('create-project', '--owner', 'lea', '--name', 'Solo', '--slug', 'solo')
+    seen.shared = await world.admin('create-project', '--owner', 'lea', '--name', 'Shared', '--slug', 'shared', '--makers', 'bob')
+    seen.bobs = await world.admin('create-project', '--owner', 'bob', '--name', 'Bobs', '--slug', 'bobs')
+    expect((await world.post('/v1/webhooks/subscriptions', { auth: lea.api_key, json: { url: 'https://hooks.example.com/lea', event_type: 'new_todo' } })).status).toBe(201)
+    const exp = await world.post('/v1/exports', { auth: lea.api_key })
+    expect((await world.runExports()).ready).toBe(1)
+    seen.export = (await world.get(`/v1/exports/${exp.body.id}`, { auth: lea.api_key })).body
+
+    // What others see of her: Bob's todo with her comment, her reply, Cat's reply to her, her like
+    // of the todo and of Cat's comment, Bob's comment and like on her todo.
+    const bobTodo = await world.post('/v1/todos', { auth: bob.api_key, json: { body: 'bob shipped' } })
+    seen.bobTodo = bobTodo.body
+    const bobComment = await world.post('/v1/comments', { auth: bob.api_key, json: { commentable_type: 'Todo', commentable_id: bobTodo.body.id, body: 'my own note' } })
+    const leaComment = await world.post('/v1/comments', { auth: lea.api_key, json: { commentable_type: 'Todo', commentable_id: bobTodo.body.id, body: 'lea says congrats' } })
+    await world.post('/v1/comments', { auth: cat.api_key, json: { commentable_type: 'Todo', commentable_id: bobTodo.body.id, body: 'cat replies to lea', parent_id: leaComment.body.id } })
+    await world.post('/v1/comments', { auth: lea.api_key, json: { commentable_type: 'Todo', commentable_id: bobTodo.body.id, body: 'lea replies to bob', parent_id: bobComment.body.id } })
+    const catComment = await world.post('/v1/comments', { auth: cat.api_key, json: { commentable_type: 'Todo', commentable_id: bobTodo.body.id, body: 'cat on her own' } })
+    seen.catComment = catComment.body
+    expect((await world.post('/v1/reactions', { auth: lea.api_key, json: { reactable_type: 'Todo', reactable_id: bobTodo.body.id } })).status).toBe(201)
+    expect((await world.post('/v1/reactions', { auth: cat.api_key, json: { reactable_type: 'Todo', reactable_id: bobTodo.body.id } })).status).toBe(201)
+    expect((await world.post('/v1/reactions', { auth: lea.api_key, json: { reactable_type: 'Comment', reactable_id: catComment.body.id } })).status).toBe(201)
+    await world.post('/v1/comments', { auth: bob.api_key, json: { commentable_type: 'Todo', commentable_id: leaTodo.body.id, body: 'bob on lea' } })
+    await world.post('/v1/reactions', { auth: bob.api_key, json: { reactable_type: 'Todo', reactable_id: leaTodo.body.id } })
+
+    // Follows both ways, a project follow, a pending request to Dee, a mute.
+    expect((await world.post('/v1/users/bob/follow', { auth: lea.api_key })).status).toBe(204)
+    expect((await world.post('/v1/users/lea/follow', { auth: cat.api_key })).status).toBe(204)
+    expect((await world.post('/v1/projects/bobs/follow', { auth: lea.api_key })).status).toBe(204)
+    expect((await world.post('/v1/users/dee/follow', { auth: lea.api_key })).status).toBe(204)
+    expect((await world.post('/v1/users/cat/mute', { auth: lea.api_key })).status).toBe(204)
+
+    // A conversation with Bob, unread on his side.
+    seen.leaChat = await world.token('lea', 'chat', { chat: true })
+    seen.bobChat = await world.token('bob', 'chat', { chat: true })
+    const conversation = await world.post('/v1/conversations', { auth: seen.leaChat, json: { user: 'bob' } })
+    seen.conversation = conversation.body
+    expect((await world.post(`/v1/conversations/${conversation.body.id}/messages`, { auth: seen.leaChat, json: { body: 'hi bob' } })).status).toBe(201)
+    seen.leaToken = await world.token('lea', 'public write')
+
+    seen.before = {
+      bobTodo: (await world.get(`/v1/todos/${bobTodo.body.id}`, { auth: bob.api_key })).body,
+      bob: (await world.get('/v1/users/me', { auth: bob.api_key })).body,
+      bobs: (await world.get('/v1/projects/bobs', { auth: bob.api_key })).body,
+      inbox: (await world.get('/v1/conversations', { auth: seen.bobChat })).body,
+      catComment: (await world.get(`/v1/todos/${bobTodo.body.id}/comments`, { auth: bob.api_key })).body.data.find((c: { id: string }) => c.id === catComment.body.id),
+    }
+    expect(seen.before.bobTodo).toMatchObject({ comments_count: 5, reactions_count: 2 })
+    expect(seen.before.bob.followers_count).toBe(1)
+    expect(seen.before.bobs.followers_count).toBe(1)
+    expect(seen.before.inbox.unread_count).toBe(1)
+    expect(seen.before.catComment.reactions_count).toBe(1)
+    expect(await counterDrift()).toEqual({ todo_reactions: 0, todo_comments: 0, comment_reactions: 0, user_followers: 0, user_todos: 0, project_followers: 0, totals: 0 })
+
+    expect((await world.delete('/v1/account', { auth: lea.api_key })).status).toBe(204)
+  })
+
+  it('prints {"deleted"} and leaves no row of the member in any table, in one transaction', async () => {
+    const uuid = uuidOf(lea.id)
+    expect(await world.admin('approve-deletion', '--user', 'lea')).toEqual({ deleted: lea.id })
+    // Every uuid column of every table of ours, and Supabase's auth.users.
+    const columns = await world.sql<{ table_schema: string; table_name: string; column_name: string }[]>`
+      select c.table_schema, c.table_name, c.column_name from information_schema.columns c
+      join information_schema.tables t on t.table_schema = c.table_schema and t.table_name = c.table_name and t.table_type = 'BASE TABLE'
+      where c.table_schema in ('app', 'auth') and c.data_type = 'uuid'`
+    expect(columns.length).toBeGreaterThan(20)
+    const left: string[] = []
+    for (const col of columns) {
+      const [row] = await world.sql.unsafe(`select count(*)::int as n from ${col.table_schema}.${col.table_name} where ${col.column_name} = $1`, [uuid])
+      if (row!.n > 0) left.push(`${col.table_schema}.${col.table_name}.${col.column_name}`)
+    }
+    expect(left).toEqual([])
+    expect((await world.admin('deletion-requests')).data.map((r: { user: string }) => r.user)).not.toContain('lea')
+    await expect(world.admin('approve-deletion', '--user', 'lea')).rejects.toThrow(/no user matches/)
+  })
+
+  it('every credential is dead at once: keys, tokens, and the realtime gateway sees her tokens as revoked', async () => {
+    expect((await world.get('/v1/users/me', { auth: lea.api_key })).status).toBe(403)
+    expect((await world.get('/v1/users/me', { auth: lea.read_only_api_key })).status).toBe(403)
+    expect((await world.get('/v1/users/me', { auth: seen.leaToken })).status).toBe(403)
+    expect((await world.get('/v1/conversations', { auth: seen.leaChat })).status).toBe(403)
+    const jti = JSON.parse(Buffer.from(seen.leaChat.split('.')[1], 'base64url').toString()).jti
+    expect([...(await honouredTokenIds(world.sql, [jti]))]).toEqual([])
+  })
+
+  it('other members’ counters stay exact: reactions_count, comments_count, followers_count, todos_count, unread counts', async () => {
+    const bobTodo = (await world.get(`/v1/todos/${seen.bobTodo.id}`, { auth: bob.api_key })).body
+    // Her comment, her reply, and Cat's reply to her comment are gone; Bob's and Cat's own stay.
+    expect(bobTodo.comments_count).toBe(2)
+    expect(bobTodo.reactions_count).toBe(1)
+    const comments = (await world.get(`/v1/todos/${seen.bobTodo.id}/comments`, { auth: bob.api_key })).body
+    expect(comments.data.map((c: { body: string }) => c.body)).toEqual(['my own note', 'cat on her own'])
+    expect(comments.total_count).toBe(2)
+    expect(comments.data[1].reactions_count).toBe(0)
+    expect((await world.get('/v1/users/me', { auth: bob.api_key })).body.followers_count).toBe(0)
+    expect((await world.get('/v1/projects/bobs', { auth: bob.api_key })).body.followers_count).toBe(0)
+    expect((await world.get('/v1/users/me', { auth: bob.api_key })).body.todos_count).toBe(seen.before.bob.todos_count)
+    const inbox = (await world.get('/v1/conversations', { auth: seen.bobChat })).body
+    expect(inbox).toMatchObject({ data: [], total_count: 0, unread_count: 0 })
+    expect(await counterDrift()).toEqual({ todo_reactions: 0, todo_comments: 0, comment_reactions: 0, user_followers: 0, user_todos: 0, project_followers: 0, totals: 0 })
+  })
+
+  it('nothing of hers is readable through any endpoint that could render her', async () => {
+    const hex = lea.id.slice('user_'.length)
+    const bobSearch = await world.token('bob', 'public', { firstParty: true })
+    const deeReads = await world.token('dee', 'public')
+    const reads: [string, string][] = [
+      [bob.api_key, '/v1/users/lea'], [bob.api_key, `/v1/users/${lea.id}`], [bob.api_key, '/v1/users/lea/todos'],
+      [bob.api_key, '/v1/users/lea/projects'], [bob.api_key, '/v1/todos'], [cat.api_key, '/v1/timeline'], [bob.api_key, '/v1/timeline'],
+      [bob.api_key, `/v1/todos/${seen.leaTodo.id}`], [bob.api_key, `/v1/todos/${seen.leaTodo.id}/comments`],
+      [bob.api_key, `/v1/todos/${seen.bobTodo.id}?expand=reactions`], [bob.api_key, `/v1/todos/${seen.bobTodo.id}/comments`],
+      [bob.api_key, '/v1/todos?expand=reactions'], [bob.api_key, '/v1/users/me'], [bob.api_key, '/v1/users/me/projects'],
+      [bob.api_key, '/v1/projects'], [bob.api_key, '/v1/projects/shared'], [bob.api_key, '/v1/projects/solo'], [bob.api_key, '/v1/projects/bobs'],
+      [bob.api_key, '/v1/projects/shared/todos'], [cat.api_key, '/v1/users/cat'], [deeReads, '/v1/follow_requests'],
+      [seen.bobChat, '/v1/conversations'], [seen.bobChat, `/v1/conversations/${seen.conversation.id}`],
+      [seen.bobChat, `/v1/conversations/${seen.conversation.id}/messages`],
+      [bobSearch, '/v1/search/users?query=le'], [bobSearch, '/v1/search/todos?query=lea'], [bob.api_key, '/v1/todos?query=lea'],
+    ]
+    for (const [auth, path] of reads) {
+      const res = await world.get(path, { auth })
+      expect(res.status, `${path}: ${res.text}`).toBeLessThan(500)
+      // A 404 repeats the name or id asked for; an answer with data never names her.
+      if (res.status !== 200) continue
+      expect(res.text, path).not.toContain(hex)
+      expect(res.text, path).not.toMatch(/\blea\b/)
+    }
+    expect((await world.get('/v1/users/lea', { auth: bob.api_key })).status).toBe(404)
+    expect((await world.get(`/v1/todos/${seen.leaTodo.id}`, { auth: bob.api_key })).status).toBe(404)
+    expect((await world.get('/v1/projects/solo', { auth: bob.api_key })).status).toBe(404)
+    expect((await world.get(`/v1/conversations/${seen.conversation.id}`, { auth: seen.bobChat })).status).toBe(404)
+    // The project she shared passed to Bob, its other maker.
+    const shared = (await world.get('/v1/projects/shared', { auth: bob.api_key })).body
+    expect(shared.owner.id).toBe(bob.id)
+    expect(shared.makers.map((m: { id: string }) => m.id)).toEqual([bob.id])
+  })
+
+  it('her files are queued in the same transaction and deleted by the storage worker; her export archive too', async () => {
+    const [queued] = await world.sql`select count(*)::int as n from app.file_deletions where key = ${seen.fileKey} or key like 'exports/%'`
+    expect(queued!.n).toBeGreaterThanOrEqual(2)
+    await world.maintain()
+    expect((await fetch(`${world.baseUrl}/files/${seen.fileKey}`)).status).toBe(404)
+    expect((await fetch(seen.export.url)).status).toBe(404)
+  })
+
+  it('her realtime history is gone, and Bob’s inbox was told its new unread count', async () => {
+    const topics = await world.sql`select topic, event, payload from realtime.messages where topic like ${`%${seen.conversation.id}%`} or topic = ${`user:${lea.id}`}`
+    expect(topics).toEqual([])
+    const [told] = await world.sql`select payload from realtime.messages where topic = ${`user:${bob.id}`} and event = 'inbox.updated' order by inserted_at desc limit 1`
+    expect(told!.payload).toMatchObject({ unread_count: 0 })
+    expect(JSON.stringify(told!.payload)).not.toContain(lea.id.slice(5))
+  })
+
+  it('her username can be taken again', async () => {
+    const again = await world.createUser('lea')
+    expect(again.id).not.toBe(lea.id)
+    expect((await world.get('/v1/users/lea', { auth: bob.api_key })).body).toMatchObject({ id: again.id, todos_count: 0, followers_count: 0 })
+  })
+})
