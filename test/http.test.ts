@@ -113,6 +113,7 @@ describe('OpenAPI and docs', () => {
       'GET /v1/conversations/{conversation_id}/messages', 'POST /v1/conversations/{conversation_id}/messages',
       'POST /v1/conversations/{conversation_id}/reading', 'POST /v1/messages/{message_id}/reactions', 'DELETE /v1/messages/{message_id}/reactions/{content}',
       'GET /v1/webhooks/subscriptions', 'POST /v1/webhooks/subscriptions', 'PATCH /v1/webhooks/subscriptions/{subscription_id}', 'DELETE /v1/webhooks/subscriptions/{subscription_id}',
+      'DELETE /v1/account', 'GET /v1/billing', 'POST /v1/exports', 'GET /v1/exports', 'GET /v1/exports/{export_id}',
     ]
     expect(documented.sort()).toEqual(expected.sort())
   })

@@ -183,6 +183,7 @@ describe('the thresholds table and its documentation', () => {
       from app.rate_limits order by action`
     for (const rule of rules) {
       const per = rule.per.replace(/^1 (hour|minutes|seconds)$/, (_, unit: string) => ({ hour: 'hour', minutes: 'minute', seconds: 'second' })[unit]!)
+        .replace(/^(\d+) hour$/, '$1 hours')
       expect(doc, rule.action).toContain(`| \`${rule.action}\` | ${rule.max_events} per ${per} |`)
     }
     expect(rules.map((r) => r.action)).toEqual(expect.arrayContaining([
