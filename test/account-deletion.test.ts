@@ -6,9 +6,12 @@
 import { createHash } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { honouredTokenIds } from '../local/realtime/authorize.ts'
+import type { SupabaseClient } from '@supabase/supabase-js'
 import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+import { type Listener, listen } from './support/realtime.ts'
 
 let world: TestWorld
+const clients: SupabaseClient[] = []
 
 const localUrl = (url: string) => url.replace('http://api.test', world.baseUrl)
 const uuidOf = (publicId: string) => publicId.replace(/^[a-z]+_/, '').replace(/^(.{8})(.{4})(.{4})(.{4})(.{12})$/, '$1-$2-$3-$4-$5')
@@ -41,7 +44,10 @@ async function counterDrift() {
 beforeAll(async () => {
   world = await startWorld()
 })
-afterAll(() => world.close())
+afterAll(async () => {
+  await Promise.all(clients.map((client) => client.removeAllChannels()))
+  await world.close()
+})
 
 describe('DELETE /v1/account', () => {
   it('204 and a pending request; 422 while pending; 403 for a read-only key or a token without write; the account keeps working', async () => {
@@ -143,6 +149,21 @@ describe('approve-deletion', () => {
     const conversation = await world.post('/v1/conversations', { auth: seen.leaChat, json: { user: 'bob' } })
     seen.conversation = conversation.body
     expect((await world.post(`/v1/conversations/${conversation.body.id}/messages`, { auth: seen.leaChat, json: { body: 'hi bob' } })).status).toBe(201)
+    const answer = await world.post(`/v1/conversations/${conversation.body.id}/messages`, { auth: seen.bobChat, json: { body: 'hi lea' } })
+    expect((await world.post(`/v1/messages/${answer.body.id}/reactions`, { auth: seen.leaChat, json: { content: '👍' } })).status).toBe(201)
+    expect((await world.post(`/v1/conversations/${conversation.body.id}/messages`, { auth: seen.leaChat, json: { body: 'one more' } })).status).toBe(201)
+    // Realtime: Lea on her inbox and the conversation, Bob on his inbox and the conversation.
+    const closed = (listener: Listener) => new Promise<string>((resolve) => {
+      listener.channel.on('system', {}, (message: { status?: string; message?: string }) => {
+        if (message.status === 'error') resolve(String(message.message))
+      })
+    })
+    const leaInbox = await listen(world.baseUrl, clients, seen.leaChat, `user:${lea.id}`)
+    const leaConversation = await listen(world.baseUrl, clients, seen.leaChat, `conversation:${conversation.body.id}`)
+    seen.leaClosings = [closed(leaInbox), closed(leaConversation)]
+    seen.bobInbox = await listen(world.baseUrl, clients, seen.bobChat, `user:${bob.id}`)
+    seen.bobConversation = await listen(world.baseUrl, clients, seen.bobChat, `conversation:${conversation.body.id}`)
+    expect([leaInbox.status, leaConversation.status, seen.bobInbox.status, seen.bobConversation.status]).toEqual(['SUBSCRIBED', 'SUBSCRIBED', 'SUBSCRIBED', 'SUBSCRIBED'])
     seen.leaToken = await world.token('lea', 'public write')
 
     seen.before = {
@@ -164,6 +185,8 @@ describe('approve-deletion', () => {
 
   it('prints {"deleted"} and leaves no row of the member in any table, in one transaction', async () => {
     const uuid = uuidOf(lea.id)
+    seen.approvedAt = Date.now()
+    seen.bobEventsBefore = seen.bobConversation.events.length + seen.bobInbox.events.length
     expect(await world.admin('approve-deletion', '--user', 'lea')).toEqual({ deleted: lea.id })
     // Every uuid column of every table of ours, and Supabase's auth.users.
     const columns = await world.sql<{ table_schema: string; table_name: string; column_name: string }[]>`
@@ -256,6 +279,18 @@ describe('approve-deletion', () => {
     expect(told!.payload).toMatchObject({ unread_count: 0 })
     expect(JSON.stringify(told!.payload)).not.toContain(lea.id.slice(5))
   })
+
+  it('realtime: her channels close within seconds; Bob hears nothing of her, only his new unread count', async () => {
+    expect(await Promise.all(seen.leaClosings)).toEqual(['The access token was revoked', 'The access token was revoked'])
+    expect(Date.now() - seen.approvedAt).toBeLessThan(10_000)
+    await seen.bobInbox.waitFor('inbox.updated', (p: { unread_count: number }) => p.unread_count === 0)
+    const hex = lea.id.slice('user_'.length)
+    const afterwards = [...seen.bobConversation.events, ...seen.bobInbox.events].slice(0)
+    expect(afterwards.filter((e: { event: string }) => e.event === 'reaction.deleted')).toEqual([])
+    const since = [...seen.bobInbox.events].filter((e: { event: string; payload: unknown }) => e.event === 'inbox.updated' && JSON.stringify(e.payload).includes('"unread_count":0'))
+    expect(since.length).toBeGreaterThanOrEqual(1)
+    for (const e of since) expect(JSON.stringify(e.payload)).not.toContain(hex)
+  }, 20_000)
 
   it('her username can be taken again', async () => {
     const again = await world.createUser('lea')
