@@ -2,9 +2,11 @@
 // PostgreSQL: request, progress, the worker (leases, retries, giving up), download of the signed
 // URL and the archive's contents, the limits, and a 20,000-todo account exported in bounded pages.
 import { createHash } from 'node:crypto'
+import { createServer } from 'node:http'
+import { supabaseStorage } from '../functions/lib/supabase-storage.ts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { EXPORT_PAGE_SIZE, runExports } from '../functions/lib/exports.ts'
-import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+import { type CreatedUser, type TestWorld, WORKER_SECRET, startWorld } from './support/app.ts'
 
 let world: TestWorld
 let alice: CreatedUser
@@ -262,5 +264,65 @@ describe('GET /v1/billing', () => {
     const billing = await world.get('/v1/billing', { auth: hal.api_key })
     expect(billing.status).toBe(200)
     expect(billing.body).toEqual({ pro: false, status: 'inactive', manage_url: 'https://todo.test/upgrade' })
+  })
+})
+
+describe('POST /internal/exports (Supabase Cron)', () => {
+  it('404 without the worker secret; with it, one pass of the worker', async () => {
+    const ida = await world.createUser('ida')
+    await world.runExports() // nothing else pending
+    const created = await world.post('/v1/exports', { auth: ida.api_key })
+    expect((await world.post('/internal/exports')).status).toBe(404)
+    expect((await world.post('/internal/exports', { auth: 'wrong' })).status).toBe(404)
+    const pass = await world.post('/internal/exports', { auth: WORKER_SECRET })
+    expect(pass.status).toBe(200)
+    expect(pass.body).toMatchObject({ ready: 1, failed: 0 })
+    expect((await world.get(`/v1/exports/${created.body.id}`, { auth: ida.api_key })).body.status).toBe('ready')
+  })
+})
+
+describe('the Supabase Storage adapter', () => {
+  it('streams the archive to the exports bucket, signs a 24-hour download, and deletes archives there', async () => {
+    const seen: { method?: string; url?: string; auth?: string; type?: string; body: string }[] = []
+    const fake = createServer((req, res) => {
+      const chunks: Buffer[] = []
+      req.on('data', (c: Buffer) => chunks.push(c))
+      req.on('end', () => {
+        seen.push({ method: req.method, url: req.url, auth: req.headers.authorization, type: req.headers['content-type'], body: Buffer.concat(chunks).toString() })
+        res.setHeader('content-type', 'application/json')
+        if (req.url?.startsWith('/storage/v1/object/sign/')) res.end(JSON.stringify({ signedURL: '/object/sign/exports/abc/export.json?token=d0wn' }))
+        else res.end(JSON.stringify({ Key: 'exports/abc/export.json' }))
+      })
+    })
+    await new Promise<void>((resolve) => fake.listen(0, '127.0.0.1', () => resolve()))
+    const port = (fake.address() as { port: number }).port
+    try {
+      const storage = supabaseStorage({ supabaseUrl: `http://127.0.0.1:${port}`, serviceRoleKey: 'service-key' })
+      const key = `exports/${'a'.repeat(32)}/export.json`
+      const parts = ['{"todos":[', '{"id":1}', ',{"id":2}', ']}']
+      const body = new ReadableStream<Uint8Array>({
+        pull(controller) {
+          const next = parts.shift()
+          if (next === undefined) controller.close()
+          else controller.enqueue(new TextEncoder().encode(next))
+        },
+      })
+      expect(await storage.writeExport!(key, body)).toBe('{"todos":[{"id":1},{"id":2}]}'.length)
+      expect(seen[0]).toMatchObject({ method: 'POST', url: `/storage/v1/object/exports/${'a'.repeat(32)}/export.json`, auth: 'Bearer service-key', type: 'application/json', body: '{"todos":[{"id":1},{"id":2}]}' })
+
+      const url = await storage.signExportDownload!(key, new Date(Date.now() + 24 * 3600 * 1000))
+      expect(url).toBe(`http://127.0.0.1:${port}/storage/v1/object/sign/exports/abc/export.json?token=d0wn&download=todo-export.json`)
+      expect(seen[1]).toMatchObject({ method: 'POST', url: `/storage/v1/object/sign/exports/${'a'.repeat(32)}/export.json` })
+      expect(Math.abs(JSON.parse(seen[1]!.body).expiresIn - 86400)).toBeLessThanOrEqual(2)
+
+      await storage.deleteFiles([key, 'abc/f.png'])
+      const deletions = seen.filter((r) => r.method === 'DELETE')
+      expect(deletions.map((d) => [d.url, JSON.parse(d.body)])).toEqual([
+        ['/storage/v1/object/uploads', { prefixes: ['abc/f.png'] }],
+        ['/storage/v1/object/exports', { prefixes: [`${'a'.repeat(32)}/export.json`] }],
+      ])
+    } finally {
+      fake.close()
+    }
   })
 })
