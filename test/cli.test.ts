@@ -62,6 +62,25 @@ describe('operator CLI', () => {
     expect((await world.patch('/v1/users/me', { auth: issued.access_token, json: { time_zone: 'Europe/Rome' } })).status).toBe(200)
   })
 
+  it('deletion-requests, reject-deletion and approve-deletion, as operators run them', async () => {
+    const una = await world.createUser('una')
+    await world.createUser('vic')
+    expect((await world.delete('/v1/account', { auth: una.api_key })).status).toBe(204)
+    const queue = await runCli(['deletion-requests'], env)
+    expect(queue.code, queue.stderr).toBe(0)
+    expect(onlyJson(queue.stdout)).toEqual({ data: [{ user: 'una', id: una.id, requested_at: expect.any(String) }] })
+    const refused = await runCli(['approve-deletion', '--user', 'vic'], env)
+    expect(refused.code).not.toBe(0)
+    expect(JSON.parse(refused.stderr.trim())).toEqual({ error: 'vic has not asked for their account to be deleted' })
+    const rejected = await runCli(['reject-deletion', '--user', 'una'], env)
+    expect(onlyJson(rejected.stdout)).toEqual({ user: 'una', rejected: true })
+    expect((await world.delete('/v1/account', { auth: una.api_key })).status).toBe(204)
+    const approved = await runCli(['approve-deletion', '--user', una.id], env)
+    expect(approved.code, approved.stderr).toBe(0)
+    expect(onlyJson(approved.stdout)).toEqual({ deleted: una.id })
+    expect((await world.get('/v1/users/me', { auth: una.api_key })).status).toBe(403)
+  })
+
   it('failures print {"error"} on stderr, nothing on stdout, and exit non-zero', async () => {
     await world.createUser('taken')
     const cases = [
