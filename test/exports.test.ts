@@ -101,7 +101,7 @@ describe('POST /v1/exports, the worker and the archive', () => {
     expect(Buffer.byteLength(file.text)).toBe(ready.body.byte_size)
     const archive = JSON.parse(file.text)
     expect(archive).toMatchObject({ format: 'todo-sharing-export', version: 1, export_id: exportId })
-    expect(archive.profile).toMatchObject({ id: alice.id, username: 'alice', first_name: 'Alice', dismissed_time_zone: null })
+    expect(archive.profile).toMatchObject({ id: alice.id, username: 'alice', first_name: 'Alice', dismissed_time_zone: null, url: 'http://api.test/@alice' })
     expect(archive.todos.map((t: { body: string }) => t.body)).toEqual(['shipped the #rocket launch', 'second todo with @bob'])
     const [withFile] = archive.todos
     expect(withFile.attachments).toEqual([expect.objectContaining({ filename: 'notes.txt', mime_type: 'text/plain', url: expect.stringMatching(/\/files\/[0-9a-f]{32}\/notes\.txt$/) })])

@@ -137,6 +137,8 @@ begin
   if member is null then
     raise exception 'export % is no longer held by this worker', export_id using errcode = 'PT409';
   end if;
+  -- The renderers (the profile) read {base_url} from app.public_url(), as in an API request.
+  perform set_config('app.public_url', base_url, true);
 
   if section = 'profile' then
     return query
