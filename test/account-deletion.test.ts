@@ -188,11 +188,11 @@ describe('approve-deletion', () => {
     seen.approvedAt = Date.now()
     seen.bobEventsBefore = seen.bobConversation.events.length + seen.bobInbox.events.length
     expect(await world.admin('approve-deletion', '--user', 'lea')).toEqual({ deleted: lea.id })
-    // Every uuid column of every table of ours, and Supabase's auth.users.
+    // Every uuid column of every table of ours, Supabase's auth.users and storage.objects.
     const columns = await world.sql<{ table_schema: string; table_name: string; column_name: string }[]>`
       select c.table_schema, c.table_name, c.column_name from information_schema.columns c
       join information_schema.tables t on t.table_schema = c.table_schema and t.table_name = c.table_name and t.table_type = 'BASE TABLE'
-      where c.table_schema in ('app', 'auth') and c.data_type = 'uuid'`
+      where c.table_schema in ('app', 'auth', 'storage') and c.data_type = 'uuid'`
     expect(columns.length).toBeGreaterThan(20)
     const left: string[] = []
     for (const col of columns) {

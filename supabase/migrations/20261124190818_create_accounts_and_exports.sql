@@ -385,6 +385,15 @@ begin
     null;
   end;
 
+  -- Stored objects name their uploader in storage.objects.owner, which older Supabase projects
+  -- still tie to auth.users with a plain foreign key (no on delete): unset it, so the account can
+  -- go now while the storage worker deletes the files (their rows go with them).
+  begin
+    update storage.objects o set owner = null where o.owner = member;
+  exception when insufficient_privilege then
+    null;
+  end;
+
   -- Everything else cascades from auth.users (Supabase's account) and app.users: todos with their
   -- comments, reactions and attachments; the member's comments, reactions, follows, requests,
   -- mutes, reports, uploads (their files queued by app.tg_uploads__queue_file_deletion), exports
