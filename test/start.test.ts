@@ -50,6 +50,21 @@ it('serves GET /v1/users/me with a key from the CLI, stops on Ctrl-C, and keeps 
   expect((await me.json()).username).toBe('alice')
   expect(Date.now() - started).toBeLessThan(30_000)
 
+  // npm start runs the export worker: an export is ready within seconds and downloads.
+  const auth = { authorization: `Bearer ${api_key}` }
+  const asked = await fetch(`${base}/v1/exports`, { method: 'POST', headers: auth })
+  expect(asked.status).toBe(202)
+  const { id } = await asked.json()
+  let exported: { status: string; url: string | null } = { status: 'pending', url: null }
+  for (let i = 0; i < 100 && exported.status !== 'ready'; i++) {
+    await new Promise((r) => setTimeout(r, 100))
+    exported = await (await fetch(`${base}/v1/exports/${id}`, { headers: auth })).json()
+  }
+  expect(exported.status).toBe('ready')
+  const archive = await fetch(exported.url!)
+  expect(archive.status).toBe(200)
+  expect((await archive.json()).profile.username).toBe('alice')
+
   expect([0, 'SIGINT']).toContain(await interrupt(first.child))
   expect(first.output()).toContain('SIGINT: stopping')
   await expect(fetch(`${base}/v1/users/me`)).rejects.toThrow()
