@@ -17,8 +17,13 @@ import { randomToken, sha256Hex, signAccessToken, verifyAccessToken } from '../l
 import { PAGE_HEADERS, consentPage, errorPage, signInPage } from './pages.ts'
 
 export const SCOPES = ['public', 'write', 'billing', 'notifications', 'chat'] as const
-/** Lifetime of an access token (the same as the operator's `issue-token`). */
-export const ACCESS_TOKEN_SECONDS = 3600
+/**
+ * Lifetime of an access token issued by the token endpoint: 15 minutes. Supabase Realtime ends a
+ * revoked token's open channels only at its expiry (docs/security.md, "Revoked tokens stop
+ * receiving"), and with refresh tokens a short lifetime costs an app nothing. (The operator's
+ * `issue-token` keeps its hour.)
+ */
+export const ACCESS_TOKEN_SECONDS = 900
 /** Lifetime of an authorization code: long enough for a slow app to exchange it, short enough to be useless when it leaks. */
 export const CODE_SECONDS = 120
 /** Lifetime of a consent-page session. */
