@@ -88,3 +88,26 @@ export async function discover(issuer: string, base: string): Promise<oauth.Auth
   const moved = Object.fromEntries(Object.entries(as).map(([key, value]) => [key, typeof value === 'string' && key.endsWith('_endpoint') ? value.replace(issuer, base) : value]))
   return moved as oauth.AuthorizationServer
 }
+
+/**
+ * In a real browser (Chromium through playwright-core): open the authorization URL, sign in
+ * with a one-time code, screenshot the consent page to `screenshot`, Approve, and resolve to
+ * the URL the browser landed on (the app's redirect_uri with code and state).
+ */
+export async function consentInBrowser(
+  page: import('playwright-core').Page,
+  options: { authorizeUrl: string; loginCode: string; redirectUri: string; screenshot: string },
+): Promise<URL> {
+  await page.goto(options.authorizeUrl)
+  await page.fill('#code', options.loginCode)
+  await page.click('button[type=submit]')
+  await page.waitForSelector('#app-name', { timeout: 5000 }).catch(async (err) => {
+    throw new Error(`no consent page after signing in: ${page.url()}\n${await page.content()}`, { cause: err })
+  })
+  await page.screenshot({ path: options.screenshot, fullPage: true })
+  await Promise.all([
+    page.waitForURL((url) => url.toString().startsWith(options.redirectUri)),
+    page.click('button[value=approve]'),
+  ])
+  return new URL(page.url())
+}
