@@ -460,6 +460,8 @@ describe('the authorization endpoint', () => {
     expect(location.searchParams.get('error')).toBe('access_denied')
     expect(location.searchParams.get('state')).toBe('keep me')
     expect(location.searchParams.get('code')).toBeNull()
+    // RFC 9207: every authorization response names its issuer (oauth4webapi checks it).
+    expect(location.searchParams.get('iss')).toBe(ISSUER)
   })
 
   it('the consent page names the app and each scope in plain words, escaped; it cannot be framed and runs no script', async () => {

@@ -243,10 +243,13 @@ function checkAuthorizeRequest(params: URLSearchParams, client: AuthorizeContext
   return { kind: 'ok', client, redirectUri, scopes, state, challenge }
 }
 
-/** 302 to the registered redirect_uri with the response parameters added to its query. */
+/**
+ * 302 to the registered redirect_uri with the response parameters added to its query, and `iss`
+ * (RFC 9207), so a client talking to several servers knows which one answered (mix-up attacks).
+ */
 function redirectTo(c: OAuthContext, redirectUri: string, params: Record<string, string | null>): Response {
   const target = new URL(redirectUri)
-  for (const [name, value] of Object.entries(params)) if (value !== null) target.searchParams.set(name, value)
+  for (const [name, value] of Object.entries({ ...params, iss: c.var.deps.publicUrl })) if (value !== null) target.searchParams.set(name, value)
   return c.body(null, 302, { location: target.toString(), 'cache-control': 'no-store' })
 }
 
@@ -459,6 +462,7 @@ export function authorizationServerMetadata(publicUrl: string) {
     response_modes_supported: ['query'],
     grant_types_supported: ['authorization_code', 'refresh_token'],
     code_challenge_methods_supported: ['S256'],
+    authorization_response_iss_parameter_supported: true,
     token_endpoint_auth_methods_supported: authMethods,
     introspection_endpoint_auth_methods_supported: authMethods,
     revocation_endpoint_auth_methods_supported: authMethods,
