@@ -571,6 +571,22 @@ describe('signing in', () => {
     for (const token of refused) expect((await post(token)).status).toBe(400)
   })
 
+  it('a member keeps at most 10 sessions: the oldest go', async () => {
+    const registered = await register()
+    const p = { ...params(), client_id: registered.client_id }
+    const agents: Browserless[] = []
+    for (let i = 0; i < 12; i++) {
+      const browser = browserless(world.baseUrl)
+      expect((await signIn(browser, (await world.admin('login-code', '--user', 'bob')).code, p)).status).toBe(303)
+      agents.push(browser)
+    }
+    const [row] = await world.sql`select count(*)::int as n from app.oauth_sessions s join app.users u on u.id = s.user_id where u.username = 'bob'`
+    expect(row!.n).toBe(10)
+    const query = `/oauth/authorize?${authorizeQuery(p)}`
+    expect(await (await agents[0]!.get(query)).text()).toContain('One-time sign-in code')
+    expect(await (await agents[11]!.get(query)).text()).toContain('csrf_token')
+  })
+
   it('a sign-in form from another origin is refused', async () => {
     const registered = await register()
     const { code } = await world.admin('login-code', '--user', 'alice')

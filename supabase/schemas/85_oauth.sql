@@ -256,13 +256,18 @@ begin
   end if;
   delete from app.oauth_login_codes c where c.expires_at <= now();
   delete from app.oauth_sessions s where s.expires_at <= now();
+  -- A member keeps at most their 10 newest sessions: signing in again and again (with the
+  -- website's session, which is not single use) cannot grow the table.
+  delete from app.oauth_sessions s
+  where s.user_id = member
+    and s.id_hash not in (select n.id_hash from app.oauth_sessions n where n.user_id = member order by n.created_at desc limit 9);
   insert into app.oauth_sessions (id_hash, user_id, expires_at)
   values (decode(session_hash, 'hex'), member, now() + make_interval(secs => session_seconds));
   return jsonb_build_object('member', app.to_public_id('user', member));
 end;
 $$;
 comment on function app.oauth_start_session(text, uuid, text, text, integer) is
-  'POST /oauth/login: spends a one-time sign-in code (or takes a member the HTTP side verified from a Supabase Auth session) and opens a session. Failed codes are counted per client address (oauth_sign_in_failure) and refused past the limit; expired codes and sessions are swept here.';
+  'POST /oauth/login: spends a one-time sign-in code (or takes a member the HTTP side verified from a Supabase Auth session) and opens a session. Failed codes are counted per client address (oauth_sign_in_failure) and refused past the limit; expired codes and sessions are swept here, and a member keeps at most 10 sessions (the oldest go), so repeated sign-ins cannot grow the table.';
 
 create function app.oauth_create_code(session_hash text, presented_client_id text, requested_redirect_uri text, granted_scopes text[],
                                       requested_challenge text, new_code_hash text, code_seconds integer)

@@ -496,6 +496,11 @@ begin
   end if;
   delete from app.oauth_login_codes c where c.expires_at <= now();
   delete from app.oauth_sessions s where s.expires_at <= now();
+  -- A member keeps at most their 10 newest sessions: signing in again and again (with the
+  -- website's session, which is not single use) cannot grow the table.
+  delete from app.oauth_sessions s
+  where s.user_id = member
+    and s.id_hash not in (select n.id_hash from app.oauth_sessions n where n.user_id = member order by n.created_at desc limit 9);
   insert into app.oauth_sessions (id_hash, user_id, expires_at)
   values (decode(session_hash, 'hex'), member, now() + make_interval(secs => session_seconds));
   return jsonb_build_object('member', app.to_public_id('user', member));
@@ -639,7 +644,7 @@ COMMENT ON FUNCTION "app"."oauth_revoke"(text, text, text, uuid, text) IS 'POST 
 COMMENT ON FUNCTION "app"."oauth_revoke_family"(uuid) IS 'Revokes every access and refresh token of one grant: what revocation, a replayed code and a replayed refresh token all do. Live access tokens stop at once (app.authenticate, the realtime sweep).';
 
 -- app.oauth_start_session: supabase/schemas/85_oauth.sql
-COMMENT ON FUNCTION "app"."oauth_start_session"(text, uuid, text, text, integer) IS 'POST /oauth/login: spends a one-time sign-in code (or takes a member the HTTP side verified from a Supabase Auth session) and opens a session. Failed codes are counted per client address (oauth_sign_in_failure) and refused past the limit; expired codes and sessions are swept here.';
+COMMENT ON FUNCTION "app"."oauth_start_session"(text, uuid, text, text, integer) IS 'POST /oauth/login: spends a one-time sign-in code (or takes a member the HTTP side verified from a Supabase Auth session) and opens a session. Failed codes are counted per client address (oauth_sign_in_failure) and refused past the limit; expired codes and sessions are swept here, and a member keeps at most 10 sessions (the oldest go), so repeated sign-ins cannot grow the table.';
 
 -- app.oauth_token_info: supabase/schemas/85_oauth.sql
 COMMENT ON FUNCTION "app"."oauth_token_info"(uuid, text) IS 'GET /oauth/token/info: what an access token (already verified: signature, expiry, audience) still is, in the shape of Doorkeeper''s token info, which clients of the API we mirror read; null once revoked or expired (401).';
