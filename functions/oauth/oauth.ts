@@ -285,7 +285,7 @@ async function showAuthorize(c: OAuthContext, params: URLSearchParams, signInErr
 /** A Supabase Auth session (the website's), verified with the project's JWT secret: the member's auth.users id. */
 async function supabaseSessionMember(secret: string, token: string): Promise<string | null> {
   try {
-    const { payload } = await jwtVerify(token, new TextEncoder().encode(secret), { algorithms: ['HS256'], audience: 'authenticated' })
+    const { payload } = await jwtVerify(token, new TextEncoder().encode(secret), { algorithms: ['HS256'], audience: 'authenticated', requiredClaims: ['exp', 'sub'] })
     return payload.role === 'authenticated' && typeof payload.sub === 'string' && UUID.test(payload.sub) ? payload.sub : null
   } catch {
     return null
