@@ -567,6 +567,9 @@ describe('signing in', () => {
       await session({ sub: uuid, role: 'authenticated', aud: 'authenticated' }, 'some-other-secret-that-is-long-enough!!'),
       await session({ sub: uuid, role: 'anon', aud: 'authenticated' }),
       await world.token('alice', 'public'),
+      // No expiry: a session must end.
+      await new SignJWT({ sub: uuid, role: 'authenticated', aud: 'authenticated' }).setProtectedHeader({ alg: 'HS256' }).sign(new TextEncoder().encode(JWT_SECRET)),
+      await session({ sub: uuid, role: 'authenticated', aud: 'authenticated' }).then((token) => token.slice(0, -2) + (token.endsWith('AA') ? 'BB' : 'AA')),
     ]
     for (const token of refused) expect((await post(token)).status).toBe(400)
   })
