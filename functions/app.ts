@@ -18,6 +18,8 @@ import { search } from './search/search.ts'
 import { todos } from './todos/todos.ts'
 import { uploads } from './uploads/uploads.ts'
 import { webhooks } from './webhooks/webhooks.ts'
+import { oauth } from './oauth/oauth.ts'
+import { documentOAuth } from './oauth/oauth.routes.ts'
 import { drainWebhooks } from './lib/webhooks.ts'
 import { account } from './account/account.ts'
 import { dataExports } from './exports/exports.ts'
@@ -93,6 +95,9 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
   app.route('/', webhooks)
   app.route('/', account)
   app.route('/', dataExports)
+  // The OAuth authorization server: RFC forms and errors, not the /v1 contract (no credentials middleware).
+  app.route('/', oauth)
+  documentOAuth(app)
 
   app.doc31('/v1/openapi.json', {
     openapi: '3.1.0',

@@ -14,7 +14,7 @@ export interface AdminContext {
 /** A usage or input error: the CLI prints {"error": message} on stderr and exits 1. */
 export class AdminError extends Error {}
 
-type Options = Record<string, string | boolean | undefined>
+type Options = Record<string, string | string[] | boolean | undefined>
 type Command = (ctx: AdminContext, options: Options) => Promise<object>
 
 const ACCESS_TOKEN_SECONDS = 3600
@@ -75,7 +75,7 @@ function friendly(err: unknown): never {
   throw err
 }
 
-const commands: Record<string, { options: Record<string, { type: 'string' | 'boolean' }>; run: Command }> = {
+const commands: Record<string, { options: Record<string, { type: 'string' | 'boolean'; multiple?: boolean }>; run: Command }> = {
   'create-user': {
     options: {
       username: { type: 'string' }, 'first-name': { type: 'string' }, 'last-name': { type: 'string' },
@@ -150,16 +150,44 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
   },
 
   'create-oauth-client': {
-    options: { name: { type: 'string' }, 'first-party': { type: 'boolean' }, chat: { type: 'boolean' }, 'redirect-uri': { type: 'string' } },
+    options: {
+      name: { type: 'string' }, 'first-party': { type: 'boolean' }, chat: { type: 'boolean' }, public: { type: 'boolean' },
+      'redirect-uri': { type: 'string', multiple: true },
+    },
     run: async (ctx, o) => {
       // Hex, not base64url: an id that starts with '-' would read as an option on the command line.
       const clientId = toHex(crypto.getRandomValues(new Uint8Array(16)))
-      const clientSecret = randomToken(32)
-      const redirect = optional(o, 'redirect-uri')
+      // A public client (desktop, mobile) cannot keep a secret: it gets none and must use PKCE.
+      const clientSecret = o.public ? null : randomToken(32)
+      const redirects = [...new Set((o['redirect-uri'] as string[] | undefined) ?? [])]
+      for (const uri of redirects) {
+        let parsed: URL
+        try {
+          parsed = new URL(uri)
+        } catch {
+          throw new AdminError(`--redirect-uri ${JSON.stringify(uri)} is not an absolute URI`)
+        }
+        // RFC 6749 section 3.1.2: no fragment; javascript: and data: would run in our page's place.
+        if (parsed.hash || uri.includes('#') || ['javascript:', 'data:', 'vbscript:', 'file:'].includes(parsed.protocol)) {
+          throw new AdminError(`--redirect-uri ${JSON.stringify(uri)} may not have a fragment or be a ${parsed.protocol} URI`)
+        }
+      }
       await ctx.sql`insert into app.oauth_clients (client_id, secret_hash, name, first_party, chat_enabled, redirect_uris)
-                    values (${clientId}, decode(${await sha256Hex(clientSecret)}, 'hex'), ${required(o, 'name')},
-                            ${Boolean(o['first-party'])}, ${Boolean(o.chat)}, ${redirect ? [redirect] : []})`
+                    values (${clientId}, decode(${clientSecret ? await sha256Hex(clientSecret) : null}::text, 'hex'), ${required(o, 'name')},
+                            ${Boolean(o['first-party'])}, ${Boolean(o.chat)}, ${redirects})`
       return { client_id: clientId, client_secret: clientSecret }
+    },
+  },
+
+  'login-code': {
+    options: { user: { type: 'string' } },
+    run: async (ctx, o) => {
+      const user = await findUser(ctx.sql, required(o, 'user'))
+      // 24 random bytes (192 bits): unguessable, still short enough to paste into the sign-in form.
+      const code = randomToken(24)
+      await ctx.sql`insert into app.oauth_login_codes (code_hash, user_id, expires_at)
+                    values (decode(${await sha256Hex(code)}, 'hex'), ${user.id}, now() + interval '10 minutes')`
+      return { code }
     },
   },
 

@@ -95,6 +95,11 @@ describe('operator CLI', () => {
       ['issue-token', '--user', 'taken', '--client', 'nope', '--scopes', 'public'],
       ['issue-token', '--user', 'taken', '--client', 'nope', '--scopes', 'admin'],
       ['create-user', '--username', 'zoe', '--unknown-flag'],
+      ['login-code', '--user', 'nobody'],
+      ['login-code'],
+      ['create-oauth-client', '--name', 'Evil', '--redirect-uri', 'javascript:alert(1)'],
+      ['create-oauth-client', '--name', 'Frag', '--redirect-uri', 'https://app.example/cb#x'],
+      ['create-oauth-client', '--name', 'Relative', '--redirect-uri', '/callback'],
     ]
     const runs = await Promise.all(cases.map((args) => runCli(args, env)))
     runs.forEach((run, i) => {

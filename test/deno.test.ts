@@ -9,6 +9,8 @@ import { promisify } from 'node:util'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { JWT_SECRET, type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
 import { freePort } from './support/net.ts'
+import * as oauth from 'oauth4webapi'
+import { browserless, consent, discover, insecure, signIn } from './support/oauth.ts'
 
 const ROOT = resolve(import.meta.dirname, '..')
 const DENO = join(ROOT, 'node_modules', '.bin', 'deno')
@@ -159,6 +161,33 @@ describe('supabase/functions/api on Deno', () => {
   it('the 404 names the path without the /api prefix', async () => {
     const res = await ask(`${server.url}/api/v1/nothing-here`, alice.api_key)
     expect(res).toEqual({ status: 404, body: { error: 'No route matches GET /v1/nothing-here.' } })
+  })
+
+  it('OAuth on Deno: sign-in, consent, code + PKCE, refresh and revoke with oauth4webapi; errors as on Node', async () => {
+    const base = `${server.url}/api`
+    const redirectUri = 'https://app.example/callback'
+    const registered = await world.admin('create-oauth-client', '--name', 'Deno app', '--redirect-uri', redirectUri)
+    const as = await discover('http://api.test', base)
+    const client: oauth.Client = { client_id: registered.client_id }
+    const auth = oauth.ClientSecretBasic(registered.client_secret)
+    const verifier = oauth.generateRandomCodeVerifier()
+    const params = { client_id: registered.client_id, redirect_uri: redirectUri, scope: 'public', state: 'deno',
+      code_challenge: await oauth.calculatePKCECodeChallenge(verifier), code_challenge_method: 'S256' }
+    const agent = browserless(base)
+    const { code } = await world.admin('login-code', '--user', 'alice')
+    expect((await signIn(agent, code, params)).status).toBe(303)
+    const landed = await consent(agent, params)
+    const tokens = await oauth.processAuthorizationCodeResponse(as, client,
+      await oauth.authorizationCodeGrantRequest(as, client, auth, oauth.validateAuthResponse(as, client, landed, 'deno'), redirectUri, verifier, insecure))
+    expect((await ask(`${base}/v1/users/me`, tokens.access_token)).status).toBe(200)
+    const refreshed = await oauth.processRefreshTokenResponse(as, client, await oauth.refreshTokenGrantRequest(as, client, auth, tokens.refresh_token!, insecure))
+    await oauth.processRevocationResponse(await oauth.revocationRequest(as, client, auth, refreshed.access_token, insecure))
+    expect((await ask(`${base}/v1/users/me`, refreshed.access_token)).status).toBe(403)
+
+    const form = { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'grant_type=refresh_token&refresh_token=x&client_id=nobody' }
+    const [onDeno, onNode] = await Promise.all([fetch(`${base}/oauth/token`, form), fetch(`${world.baseUrl}/oauth/token`, form)])
+    expect(onDeno.status).toBe(401)
+    expect(await onDeno.json()).toEqual(await onNode.json())
   })
 
   it('the OpenAPI document names the /api server, and /api/docs is served', async () => {

@@ -92,7 +92,7 @@ describe('OpenAPI and docs', () => {
     expect(res.body.components.schemas.User.required).not.toContain('dismissed_time_zone')
   })
 
-  it('documents every /v1 route the app serves, with the same methods', async () => {
+  it('documents every /v1 and OAuth route the app serves, with the same methods', async () => {
     const doc = (await world.get('/v1/openapi.json')).body
     const documented = Object.entries(doc.paths as Record<string, Record<string, unknown>>)
       .flatMap(([path, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${path}`))
@@ -114,6 +114,8 @@ describe('OpenAPI and docs', () => {
       'POST /v1/conversations/{conversation_id}/reading', 'POST /v1/messages/{message_id}/reactions', 'DELETE /v1/messages/{message_id}/reactions/{content}',
       'GET /v1/webhooks/subscriptions', 'POST /v1/webhooks/subscriptions', 'PATCH /v1/webhooks/subscriptions/{subscription_id}', 'DELETE /v1/webhooks/subscriptions/{subscription_id}',
       'DELETE /v1/account', 'GET /v1/billing', 'POST /v1/exports', 'GET /v1/exports', 'GET /v1/exports/{export_id}',
+      'GET /oauth/authorize', 'POST /oauth/authorize', 'POST /oauth/login', 'POST /oauth/token', 'POST /oauth/introspect', 'POST /oauth/revoke',
+      'GET /oauth/token/info', 'GET /.well-known/oauth-authorization-server',
     ]
     expect(documented.sort()).toEqual(expected.sort())
   })

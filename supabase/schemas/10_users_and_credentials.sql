@@ -97,7 +97,7 @@ create index api_keys_user_id_idx on app.api_keys (user_id);
 create table app.oauth_clients (
   id            uuid primary key default gen_random_uuid(),
   client_id     text not null unique,
-  secret_hash   bytea not null,
+  secret_hash   bytea,
   name          text not null,
   first_party   boolean not null default false,
   chat_enabled  boolean not null default false,
@@ -106,6 +106,10 @@ create table app.oauth_clients (
 );
 comment on table app.oauth_clients is
   'Applications that act for users through OAuth 2.0. first_party: our own apps (search, devices). chat_enabled: approved for the chat scope.';
+comment on column app.oauth_clients.secret_hash is
+  'SHA-256 of the client secret of a confidential client; null for a public client (a desktop or mobile app cannot keep a secret), which authenticates with nothing and must use PKCE.';
+comment on column app.oauth_clients.redirect_uris is
+  'Where authorization responses may go: a redirect_uri must equal one of these exactly (no prefix or pattern match, so no open redirect).';
 
 create table app.oauth_tokens (
   jti                uuid primary key,
@@ -115,12 +119,19 @@ create table app.oauth_tokens (
   refresh_token_hash bytea unique,
   expires_at         timestamptz not null,
   revoked_at         timestamptz,
-  created_at         timestamptz not null default now()
+  created_at         timestamptz not null default now(),
+  family_id          uuid not null default gen_random_uuid(),
+  refreshed_at       timestamptz
 );
 comment on table app.oauth_tokens is
-  'Every issued access token (a JWT) by its jti, so a token can be revoked before it expires and deleting a client or user ends its tokens.';
+  'Every issued access token (a JWT) by its jti, with the refresh token issued beside it (its hash), so a token can be revoked before it expires and deleting a client or user ends its tokens.';
+comment on column app.oauth_tokens.family_id is
+  'The grant this token descends from: the authorization code''s id for tokens of the code flow (so a replayed code finds what it issued), shared by every token a refresh rotates out of it. Revoking (RFC 7009), a replayed code and a replayed refresh token revoke the whole family.';
+comment on column app.oauth_tokens.refreshed_at is
+  'When this row''s refresh token was exchanged for a new one (rotation). A refresh token presented again after that was stolen or leaked: the family is revoked.';
 create index oauth_tokens_client_id_idx on app.oauth_tokens (client_id);
 create index oauth_tokens_user_id_idx on app.oauth_tokens (user_id);
+create index oauth_tokens_family_id_idx on app.oauth_tokens (family_id);
 
 -- ============================================================================
 -- Helpers

@@ -1,0 +1,105 @@
+// The authorization pages: sign-in, consent and error, rendered on the server as plain HTML
+// forms (no JavaScript, no external resources). Every value that came from a request or the
+// database goes through `escape`, attributes are always double-quoted, and the pages forbid
+// scripts, framing and foreign resources by their Content-Security-Policy.
+
+/** Plain words for each scope, shown on the consent page. */
+export const SCOPE_WORDS: Record<string, string> = {
+  public: 'See your profile, your todos and the activity you can see',
+  write: 'Post, change and delete todos, comments and reactions as you',
+  billing: 'See your subscription status and billing options',
+  notifications: 'See your notifications and mark them read',
+  chat: 'Read and send your direct messages',
+}
+
+const ENTITIES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }
+
+/** HTML-escapes text for element content and double-quoted attributes. */
+export function escape(text: string): string {
+  return text.replace(/[&<>"']/g, (ch) => ENTITIES[ch]!)
+}
+
+/** Headers of every page: never cached, never framed, no script runs. */
+export const PAGE_HEADERS: Record<string, string> = {
+  'content-type': 'text/html; charset=UTF-8',
+  'cache-control': 'no-store',
+  'x-frame-options': 'DENY',
+  'x-content-type-options': 'nosniff',
+  // same-origin, not no-referrer: with no-referrer Chromium sends `Origin: null` on our own forms.
+  'referrer-policy': 'same-origin',
+  'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'",
+}
+
+function layout(title: string, body: string): string {
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${escape(title)}</title>
+<style>
+  body { font-family: system-ui, sans-serif; background: #f6f7f9; color: #1d2330; margin: 0; }
+  main { max-width: 26rem; margin: 3rem auto; background: #fff; border-radius: 12px; padding: 2rem; box-shadow: 0 1px 4px rgba(0,0,0,.08); }
+  h1 { font-size: 1.3rem; margin-top: 0; }
+  ul { padding-left: 1.2rem; }
+  li { margin: .4rem 0; }
+  label { display: block; margin: 1rem 0 .3rem; font-weight: 600; }
+  input[type=text] { width: 100%; box-sizing: border-box; padding: .6rem; font-size: 1rem; border: 1px solid #c5cad3; border-radius: 6px; }
+  .buttons { display: flex; gap: .75rem; margin-top: 1.5rem; }
+  button { flex: 1; padding: .7rem; font-size: 1rem; border-radius: 6px; border: 1px solid #c5cad3; background: #fff; cursor: pointer; }
+  button.primary { background: #2563eb; border-color: #2563eb; color: #fff; }
+  .error { background: #fdecec; color: #9b1c1c; padding: .6rem .8rem; border-radius: 6px; }
+  .muted { color: #5b6474; font-size: .9rem; }
+</style>
+</head>
+<body>
+<main>
+${body}
+</main>
+</body>
+</html>
+`
+}
+
+function hidden(fields: Record<string, string>): string {
+  return Object.entries(fields)
+    .map(([name, value]) => `<input type="hidden" name="${escape(name)}" value="${escape(value)}">`)
+    .join('\n')
+}
+
+export function errorPage(message: string): string {
+  return layout('Authorization error', `<h1>This sign-in link does not work</h1>
+<p class="error" role="alert">${escape(message)}</p>
+<p class="muted">Nothing was shared with the application. Go back to it and try again, or tell its developers.</p>`)
+}
+
+/** The local sign-in form: a one-time code from the operator CLI (`login-code --user U`). */
+export function signInPage(options: { appName: string; authorize: string; error?: string }): string {
+  return layout('Sign in', `<h1>Sign in to continue to ${escape(options.appName)}</h1>
+${options.error ? `<p class="error" role="alert">${escape(options.error)}</p>` : ''}
+<form method="post" action="login">
+${hidden({ authorize: options.authorize })}
+<label for="code">One-time sign-in code</label>
+<input type="text" id="code" name="code" autocomplete="one-time-code" required autofocus>
+<p class="muted">Ask the operator for a code (<code>login-code --user YOU</code>); it works once, for 10 minutes.</p>
+<div class="buttons"><button class="primary" type="submit">Sign in</button></div>
+</form>`)
+}
+
+/** The consent page: the app's name and each requested scope in plain words; Approve or Deny. */
+export function consentPage(options: { appName: string; username: string; scopes: string[]; fields: Record<string, string>; csrf: string }): string {
+  const items = options.scopes.map((scope) => `<li><strong>${escape(scope)}</strong>: ${escape(SCOPE_WORDS[scope] ?? scope)}</li>`).join('\n')
+  return layout(`Authorize ${options.appName}`, `<h1><span id="app-name">${escape(options.appName)}</span> wants to use your account</h1>
+<p>Signed in as <strong id="username">${escape(options.username)}</strong>. If you approve, it may:</p>
+<ul id="scopes">
+${items}
+</ul>
+<form method="post" action="authorize">
+${hidden({ ...options.fields, csrf_token: options.csrf })}
+<div class="buttons">
+<button type="submit" name="decision" value="deny">Deny</button>
+<button class="primary" type="submit" name="decision" value="approve">Approve</button>
+</div>
+</form>
+<p class="muted">You can revoke its access at any time.</p>`)
+}
