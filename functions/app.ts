@@ -1,7 +1,6 @@
 // The Hono app, runtime-neutral: Node (local/start.ts) and Deno (supabase/functions/api)
 // both serve `createApp(deps).fetch`. No Node-only or Deno-only import below this folder.
 import { OpenAPIHono } from '@hono/zod-openapi'
-import { Scalar } from '@scalar/hono-api-reference'
 import type { AppDeps, AppEnv } from './lib/context.ts'
 import { bodyLimit } from 'hono/body-limit'
 import { credentials, refuseUnknownCredential } from './lib/auth.ts'
@@ -19,6 +18,11 @@ import { todos } from './todos/todos.ts'
 import { uploads } from './uploads/uploads.ts'
 import { webhooks } from './webhooks/webhooks.ts'
 import { drainWebhooks } from './lib/webhooks.ts'
+import { cors } from './lib/cors.ts'
+import { compression, conditionalGet } from './lib/encoding.ts'
+import { observe } from './lib/observe.ts'
+import { images } from './web/images.ts'
+import { docs, web } from './web/pages.ts'
 
 export type { AppDeps } from './lib/context.ts'
 
@@ -63,6 +67,13 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
     getPath: (req) => routingPath(new URL(req.url).pathname, basePath),
   })
 
+  // What clients in the wild expect (issue 18): a request id and an access-log line for every
+  // request, CORS for bearer-token clients (preflights answered before routing), compression
+  // and conditional GETs of what the app renders.
+  app.use('*', observe(deps.accessLog))
+  app.use('*', cors((req) => routingPath(new URL(req.url).pathname, basePath)))
+  app.use('*', compression({ brotli: deps.brotli }))
+  app.use('*', conditionalGet())
   app.use('*', async (c, next) => {
     c.set('deps', deps)
     await next()
@@ -116,7 +127,9 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
     return c.json(await drainWebhooks(deps.sql, deps.webhookSender, { budgetMs: 60_000, ...deps.webhookDrain }), 200)
   })
 
-  app.get('/docs', Scalar({ url: basePath + '/v1/openapi.json', pageTitle: 'Todo-Sharing Service API' }))
+  app.route('/', docs(basePath))
+  app.route('/', images)
+  app.route('/', web)
 
   // Unknown routes are 404 and known paths with another method 405, both as JSON.
   const patterns = () => app.routes.filter((r) => r.method !== 'ALL').map((r) => ({ method: r.method, pattern: patternOf(r.path) }))

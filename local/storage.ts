@@ -173,7 +173,7 @@ export function localStorage(options: LocalStorageOptions): LocalStorage {
 
       // Storage records what the file is: the declared type only when the file starts as one.
       const head = await readHead(incoming, SNIFF_BYTES)
-      const mime = storedType(contentType, head)
+      const mime = await storedType(contentType, head)
       let width: number | null = null
       let height: number | null = null
       if (mime.startsWith('image/')) {
