@@ -318,10 +318,18 @@ describe('what is stored is what was declared; nothing is served as active conte
     }
   })
 
-  it('SVG and HTML are refused at POST /v1/uploads; a file name of dots or slashes never names a folder, and .json names work', async () => {
+  it('SVG and HTML are taken only as bytes (issue 18: any type is accepted), never under their own type; a file name of dots or slashes never names a folder, and .json names work', async () => {
     const gina = await newUser()
     for (const type of ['image/svg+xml', 'text/html', 'application/xhtml+xml', 'text/xml', 'application/javascript']) {
-      expect((await ask(gina, html, type, 'x')).status).toBe(400)
+      const res = await ask(gina, html, type, 'x')
+      expect(res.status).toBe(200)
+      expect(res.body.content_type).toBe('application/octet-stream')
+      expect(res.body.headers['Content-Type']).toBe('application/octet-stream')
+      expect((await put(res.body.url, res.body.headers, html)).status).toBe(200)
+      const [stored] = await world.sql`select metadata ->> 'mimetype' as mime from storage.objects where name = ${res.body.key}`
+      expect(stored!.mime, type).toBe('application/octet-stream')
+      const served = await fetch(`${world.baseUrl}/files/${res.body.key}`)
+      expect(served.headers.get('content-disposition')).toBe('attachment')
     }
     for (const filename of ['..', '.', '../../secrets.json', '/etc/passwd']) {
       const file = Buffer.from(`name ${filename}`)
