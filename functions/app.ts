@@ -104,7 +104,10 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
     info: {
       title: 'Todo-Sharing Service API',
       version: API_VERSION,
-      description: 'Completed todos, projects, comments, reactions, following, webhooks, notifications and direct messages.',
+      description: 'Completed todos, projects, comments, reactions, following, webhooks, notifications and direct messages.\n\n'
+        + 'Polling: every successful GET carries a weak `ETag`; send it back as `If-None-Match` and an unchanged answer is `304` with no body. '
+        + 'Answers of 1 KiB or more are compressed (gzip, or br where the server has it) when `Accept-Encoding` asks. '
+        + 'CORS is open to every origin for bearer tokens (no cookies). Every answer has an `X-Request-Id` (yours, when you send a sane one).',
     },
     servers: [{ url: deps.publicUrl + basePath }],
   })

@@ -142,7 +142,7 @@ CREATE OR REPLACE FUNCTION app.initials (
   PARALLEL SAFE
   AS $function$
   select coalesce(nullif(regexp_replace(upper(coalesce(
-      substring(btrim(phrase) from '^(\S)\S*\s+\S') || substring(btrim(phrase) from '^\S+\s+(\S)'),
+      substring(btrim(phrase), '^(\S)\S*\s+\S') || substring(btrim(phrase), '^\S+\s+(\S)'),
       left(btrim(phrase), 2))), '[^A-Z0-9]', '', 'g'), ''), '_')
 $function$;
 
@@ -269,9 +269,9 @@ CREATE OR REPLACE FUNCTION app.picture_urls (
   select case
     when key is not null then app.image_urls(base_url, folder, key)
     else jsonb_build_object(
-      'small', base_url || '/assets/' || folder || '/small/' || coalesce(upper(substring(color from '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png',
-      'medium', base_url || '/assets/' || folder || '/medium/' || coalesce(upper(substring(color from '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png',
-      'large', base_url || '/assets/' || folder || '/large/' || coalesce(upper(substring(color from '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png')
+      'small', base_url || '/assets/' || folder || '/small/' || coalesce(upper(substring(color, '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png',
+      'medium', base_url || '/assets/' || folder || '/medium/' || coalesce(upper(substring(color, '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png',
+      'large', base_url || '/assets/' || folder || '/large/' || coalesce(upper(substring(color, '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png')
   end
 $function$;
 

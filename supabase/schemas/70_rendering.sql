@@ -52,7 +52,7 @@ immutable
 parallel safe
 as $$
   select coalesce(nullif(regexp_replace(upper(coalesce(
-      substring(btrim(phrase) from '^(\S)\S*\s+\S') || substring(btrim(phrase) from '^\S+\s+(\S)'),
+      substring(btrim(phrase), '^(\S)\S*\s+\S') || substring(btrim(phrase), '^\S+\s+(\S)'),
       left(btrim(phrase), 2))), '[^A-Z0-9]', '', 'g'), ''), '_')
 $$;
 comment on function app.initials(text) is
@@ -68,9 +68,9 @@ as $$
   select case
     when key is not null then app.image_urls(base_url, folder, key)
     else jsonb_build_object(
-      'small', base_url || '/assets/' || folder || '/small/' || coalesce(upper(substring(color from '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png',
-      'medium', base_url || '/assets/' || folder || '/medium/' || coalesce(upper(substring(color from '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png',
-      'large', base_url || '/assets/' || folder || '/large/' || coalesce(upper(substring(color from '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png')
+      'small', base_url || '/assets/' || folder || '/small/' || coalesce(upper(substring(color, '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png',
+      'medium', base_url || '/assets/' || folder || '/medium/' || coalesce(upper(substring(color, '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png',
+      'large', base_url || '/assets/' || folder || '/large/' || coalesce(upper(substring(color, '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png')
   end
 $$;
 comment on function app.picture_urls(text, text, text, text, text) is
