@@ -134,6 +134,11 @@ describe('compression', () => {
     expect(file.status).toBe(200)
     expect(file.headers['content-encoding']).toBeUndefined()
     expect(file.body.equals(text)).toBe(true)
+    // A file has its MD5 as its tag: revalidated without being sent again.
+    expect(file.headers.etag).toBe(`"${createHash('md5').update(text).digest('hex')}"`)
+    const again = await raw(`/files/${up.key}`, { 'if-none-match': String(file.headers.etag) })
+    expect(again.status).toBe(304)
+    expect(again.body.length).toBe(0)
   })
 
   it('never twice: an answer that already has a Content-Encoding is left alone', async () => {
