@@ -1,6 +1,6 @@
 // What a stored file really is, from its first bytes, and how a file of a type may be served.
 // Runtime-neutral (the local storage server and the storage worker both use it).
-import { fileTypeFromBuffer } from 'file-type'
+import { fileTypeFromBuffer } from 'file-type/core'
 
 /** Bytes of a file's start that are enough to recognise every type we accept. */
 export const SNIFF_BYTES = 4096
