@@ -1,7 +1,6 @@
 // The Hono app, runtime-neutral: Node (local/start.ts) and Deno (supabase/functions/api)
 // both serve `createApp(deps).fetch`. No Node-only or Deno-only import below this folder.
 import { OpenAPIHono } from '@hono/zod-openapi'
-import { Scalar } from '@scalar/hono-api-reference'
 import type { AppDeps, AppEnv } from './lib/context.ts'
 import { bodyLimit } from 'hono/body-limit'
 import { credentials, refuseUnknownCredential } from './lib/auth.ts'
@@ -25,6 +24,11 @@ import { account } from './account/account.ts'
 import { dataExports } from './exports/exports.ts'
 import { ExportArchiveSchema } from './exports/exports.routes.ts'
 import { runExports } from './lib/exports.ts'
+import { cors } from './lib/cors.ts'
+import { compression, conditionalGet } from './lib/encoding.ts'
+import { observe } from './lib/observe.ts'
+import { images } from './web/images.ts'
+import { docs, web } from './web/pages.ts'
 
 export type { AppDeps } from './lib/context.ts'
 
@@ -69,6 +73,13 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
     getPath: (req) => routingPath(new URL(req.url).pathname, basePath),
   })
 
+  // What clients in the wild expect (issue 18): a request id and an access-log line for every
+  // request, CORS for bearer-token clients (preflights answered before routing), compression
+  // and conditional GETs of what the app renders.
+  app.use('*', observe(deps.accessLog))
+  app.use('*', cors((req) => routingPath(new URL(req.url).pathname, basePath)))
+  app.use('*', compression({ brotli: deps.brotli }))
+  app.use('*', conditionalGet())
   app.use('*', async (c, next) => {
     c.set('deps', deps)
     await next()
@@ -104,7 +115,10 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
     info: {
       title: 'Todo-Sharing Service API',
       version: API_VERSION,
-      description: 'Completed todos, projects, comments, reactions, following, webhooks, notifications and direct messages.',
+      description: 'Completed todos, projects, comments, reactions, following, webhooks, notifications and direct messages.\n\n'
+        + 'Polling: every successful GET carries a weak `ETag`; send it back as `If-None-Match` and an unchanged answer is `304` with no body. '
+        + 'Answers of 1 KiB or more are compressed (gzip, or br where the server has it) when `Accept-Encoding` asks. '
+        + 'CORS is open to every origin for bearer tokens (no cookies). Every answer has an `X-Request-Id` (yours, when you send a sane one).',
     },
     servers: [{ url: deps.publicUrl + basePath }],
   })
@@ -136,7 +150,9 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
     return c.json(await runExports(deps.sql, deps.storage, { publicUrl: deps.publicUrl, budgetMs: deps.exportBudgetMs ?? 60_000 }), 200)
   })
 
-  app.get('/docs', Scalar({ url: basePath + '/v1/openapi.json', pageTitle: 'Todo-Sharing Service API' }))
+  app.route('/', docs(basePath))
+  app.route('/', images)
+  app.route('/', web)
 
   // Unknown routes are 404 and known paths with another method 405, both as JSON.
   const patterns = () => app.routes.filter((r) => r.method !== 'ALL').map((r) => ({ method: r.method, pattern: patternOf(r.path) }))

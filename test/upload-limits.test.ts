@@ -11,7 +11,7 @@ import { join } from 'node:path'
 import { PNG } from 'pngjs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { supabaseStorage } from '../functions/lib/supabase-storage.ts'
-import { ALLOWED_CONTENT_TYPES, MAX_UPLOAD_BYTES } from '../functions/uploads/uploads.routes.ts'
+import { BUCKET_CONTENT_TYPES, MAX_UPLOAD_BYTES } from '../functions/uploads/uploads.routes.ts'
 import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
 
 const IDLE_MS = 800
@@ -318,10 +318,18 @@ describe('what is stored is what was declared; nothing is served as active conte
     }
   })
 
-  it('SVG and HTML are refused at POST /v1/uploads; a file name of dots or slashes never names a folder, and .json names work', async () => {
+  it('SVG and HTML are taken only as bytes (issue 18: any type is accepted), never under their own type; a file name of dots or slashes never names a folder, and .json names work', async () => {
     const gina = await newUser()
     for (const type of ['image/svg+xml', 'text/html', 'application/xhtml+xml', 'text/xml', 'application/javascript']) {
-      expect((await ask(gina, html, type, 'x')).status).toBe(400)
+      const res = await ask(gina, html, type, 'x')
+      expect(res.status).toBe(200)
+      expect(res.body.content_type).toBe('application/octet-stream')
+      expect(res.body.headers['Content-Type']).toBe('application/octet-stream')
+      expect((await put(res.body.url, res.body.headers, html)).status).toBe(200)
+      const [stored] = await world.sql`select metadata ->> 'mimetype' as mime from storage.objects where name = ${res.body.key}`
+      expect(stored!.mime, type).toBe('application/octet-stream')
+      const served = await fetch(`${world.baseUrl}/files/${res.body.key}`)
+      expect(served.headers.get('content-disposition')).toBe('attachment')
     }
     for (const filename of ['..', '.', '../../secrets.json', '/etc/passwd']) {
       const file = Buffer.from(`name ${filename}`)
@@ -344,7 +352,7 @@ describe('the Supabase Storage path, by configuration', () => {
     const [bucket] = await world.sql`select public, file_size_limit::bigint as limit, allowed_mime_types from storage.buckets where id = 'uploads'`
     expect(bucket!.public).toBe(false)
     expect(Number(bucket!.limit)).toBe(MAX_UPLOAD_BYTES)
-    expect(sorted(bucket!.allowed_mime_types)).toEqual(sorted(ALLOWED_CONTENT_TYPES))
+    expect(sorted(bucket!.allowed_mime_types)).toEqual(sorted(BUCKET_CONTENT_TYPES))
     for (const active of ['image/svg+xml', 'text/html', 'application/xhtml+xml', 'text/javascript', 'application/xml']) {
       expect(bucket!.allowed_mime_types).not.toContain(active)
     }
@@ -357,7 +365,7 @@ describe('the Supabase Storage path, by configuration', () => {
     expect(section).toMatch(/^file_size_limit = "100MiB"$/m)
     expect(MAX_UPLOAD_BYTES).toBe(100 * 1024 * 1024)
     const types = [...section.split(/^allowed_mime_types = \[/m)[1]!.split(']')[0]!.matchAll(/"([^"]+)"/g)].map((m) => m[1]!)
-    expect(sorted(types)).toEqual(sorted(ALLOWED_CONTENT_TYPES))
+    expect(sorted(types)).toEqual(sorted(BUCKET_CONTENT_TYPES))
     // The project-wide ceiling is not below the bucket's.
     expect(config.split(/^\[storage\]\s*$/m)[1]!.split(/^\[/m)[0]).toMatch(/^file_size_limit = "100MiB"$/m)
   })

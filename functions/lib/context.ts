@@ -30,6 +30,14 @@ export interface AppDeps {
   onExportCreated?: () => void
   /** Budget of one POST /internal/exports (the export worker, which Supabase Cron calls). */
   exportBudgetMs?: number
+  /** WEB_URL: base of the web url fields (/@username, /todos/{n}, /projects/{slug}); default publicUrl. */
+  webUrl?: string
+  /** Where the access log goes, one line per request; unset: no log (tests). */
+  accessLog?: (line: string) => void
+  /** A brotli encoder where the runtime has one (Node's zlib); unset: gzip only. */
+  brotli?: (data: Uint8Array) => Uint8Array | Promise<Uint8Array>
+  /** The bytes of @scalar/api-reference's browser bundle, served at /docs/scalar.js; null when not installed. */
+  docsScript?: () => Promise<Uint8Array | null>
 }
 
 export interface AppEnv {

@@ -23,9 +23,11 @@ export interface CallContext {
   credential: Credential
   access: Access
   publicUrl: string
+  /** Base of web url fields (WEB_URL); default publicUrl. */
+  webUrl?: string
 }
 
-const FIXED_PARAMS = 3
+const FIXED_PARAMS = 4
 const statements = new Map<string, string>()
 
 /** The statement text for an api function with `argc` arguments, built once and prepared. */
@@ -40,7 +42,8 @@ function statementFor(fn: string, argc: number): string {
 ), ctx as materialized (
   select set_config('role', 'authenticated', true) as role,
          set_config('request.jwt.claims', auth.claims::text, true) as claims,
-         set_config('app.public_url', $3::text, true) as public_url
+         set_config('app.public_url', $3::text, true) as public_url,
+         set_config('app.web_url', $4::text, true) as web_url
   from auth
 )
 select ${fn}(${args})::text as body from ctx`
@@ -52,7 +55,7 @@ select ${fn}(${args})::text as body from ctx`
 /** Runs one api function for one request; resolves to the JSON text it returned (or null). */
 export async function callApi(sql: Sql, context: CallContext, fn: string, args: unknown[]): Promise<string | null> {
   // jsonb parameters take JS objects: postgres.js serializes by the type the server describes.
-  const params = [context.credential, context.access, context.publicUrl, ...args]
+  const params = [context.credential, context.access, context.publicUrl, context.webUrl ?? context.publicUrl, ...args]
   // postgres.js sends JS strings and numbers as "unknown", so the function signature types them.
   const rows = await sql.unsafe(statementFor(fn, args.length), params as never[], { prepare: true })
   return (rows[0]?.body as string | null | undefined) ?? null

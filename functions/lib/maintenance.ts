@@ -5,6 +5,7 @@
 // `npm start` runs it every minute; on Supabase, pg_cron calls POST /internal/maintenance.
 import { imageSize } from 'image-size'
 import type { Sql } from 'postgres'
+import { detectType } from './media.ts'
 import type { FileStorage } from './storage.ts'
 
 export interface MaintenanceResult {
@@ -45,6 +46,8 @@ export async function runStorageMaintenance(sql: Sql, storage: FileStorage, stal
     let width: number | null = null
     let height: number | null = null
     if (head) {
+      // A file declared application/octet-stream: Supabase Storage recorded that; find what it is.
+      await sql`select app.record_detected_type(${key as string}, ${await detectType(head)})`
       try {
         const size = imageSize(head)
         const turned = (size.orientation ?? 1) >= 5

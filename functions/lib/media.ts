@@ -1,5 +1,6 @@
 // What a stored file really is, from its first bytes, and how a file of a type may be served.
 // Runtime-neutral (the local storage server and the storage worker both use it).
+import { fileTypeFromBuffer } from 'file-type/core'
 
 /** Bytes of a file's start that are enough to recognise every type we accept. */
 export const SNIFF_BYTES = 4096
@@ -68,10 +69,22 @@ export function looksLike(declared: string, head: Uint8Array): boolean {
   }
 }
 
+/** The type file-type finds in a file's first bytes (binary formats only: never HTML, SVG or text), or null. */
+export async function detectType(head: Uint8Array): Promise<string | null> {
+  try {
+    return (await fileTypeFromBuffer(head))?.mime ?? null
+  } catch {
+    return null
+  }
+}
+
 /**
- * The type to record for a stored file: the declared type when the file starts as one, else
- * application/octet-stream (attaching then refuses it, and it is only ever served as a download).
+ * The type to record for a stored file. Declared as one of the named types: that type when the
+ * file starts as one, else application/octet-stream (attaching then refuses it, and it is only
+ * ever served as a download). Declared application/octet-stream (any type we do not name): the
+ * type found in the bytes, else application/octet-stream.
  */
-export function storedType(declared: string, head: Uint8Array): string {
+export async function storedType(declared: string, head: Uint8Array): Promise<string> {
+  if (declared === 'application/octet-stream') return (await detectType(head)) ?? 'application/octet-stream'
   return looksLike(declared, head) ? declared : 'application/octet-stream'
 }

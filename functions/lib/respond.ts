@@ -10,8 +10,8 @@ import { accessOf } from './access.ts'
 export async function callFor(c: AppContext, fn: string, args: unknown[], access?: Access): Promise<string | null> {
   const credential = c.var.credential
   if (!credential) throw new ApiError(403, 'Authentication required: send an API key or an OAuth access token.')
-  const { sql, publicUrl } = c.var.deps
-  return await callApi(sql, { credential, access: access ?? accessOf(c), publicUrl }, fn, args)
+  const { sql, publicUrl, webUrl } = c.var.deps
+  return await callApi(sql, { credential, access: access ?? accessOf(c), publicUrl, webUrl }, fn, args)
 }
 
 export interface RespondOptions {

@@ -1,7 +1,11 @@
 import { createRoute, z } from '@hono/zod-openapi'
 import { errors, jsonContent } from '../lib/schemas.ts'
 
-/** What may be uploaded: images, video and common documents. SVG is left out (it can carry script). */
+/**
+ * The types stored as declared (checked against the file's first bytes): images, video and common
+ * documents. SVG is left out (it can carry script). Any other declared type is accepted and stored
+ * as application/octet-stream, its real type found from the bytes (docs/uploads.md).
+ */
 export const ALLOWED_CONTENT_TYPES = [
   'image/png', 'image/jpeg', 'image/gif', 'image/webp', 'image/heic', 'image/heif', 'image/avif',
   'video/mp4', 'video/quicktime', 'video/webm',
@@ -12,6 +16,9 @@ export const ALLOWED_CONTENT_TYPES = [
   'application/vnd.openxmlformats-officedocument.presentationml.presentation',
 ] as const
 
+/** What the `uploads` bucket takes (config.toml, migrations): the named types, and octet-stream for any other. */
+export const BUCKET_CONTENT_TYPES = [...ALLOWED_CONTENT_TYPES, 'application/octet-stream'] as const
+
 /** Largest file accepted: 100 MiB (videos). */
 export const MAX_UPLOAD_BYTES = 100 * 1024 * 1024
 
@@ -21,7 +28,7 @@ export const CreateUploadBody = z.object({
   byte_size: z.number({ error: 'byte_size must be a whole number of bytes' }).int({ error: 'byte_size must be a whole number of bytes' })
     .min(1, { error: 'byte_size must be greater than 0' }).max(MAX_UPLOAD_BYTES, { error: `byte_size must be at most ${MAX_UPLOAD_BYTES} (100 MiB)` }),
   checksum: z.string({ error: 'checksum is required' }).openapi({ description: 'MD5 of the file, base64 (as Rails-style clients send it) or hex.', example: 'XrY7u+Ae7tCTyyK7j1rNww==' }),
-  content_type: z.string({ error: 'content_type is required' }).openapi({ description: `One of ${ALLOWED_CONTENT_TYPES.join(', ')}.`, example: 'image/png' }),
+  content_type: z.string({ error: 'content_type is required' }).openapi({ description: `Any media type. ${ALLOWED_CONTENT_TYPES.join(', ')} are stored as declared when the file is one; any other (application/octet-stream included) is stored as application/octet-stream (the PUT carries that type) and the attachment's mime_type is the type found in the file's bytes.`, example: 'image/png' }),
 }).openapi('CreateUpload')
 
 export const UploadSchema = z.object({

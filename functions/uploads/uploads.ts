@@ -17,16 +17,22 @@ export function md5Hex(checksum: string): string | null {
   return null
 }
 
+/** A media type as RFC 9110 spells one (token/token), parameters removed. */
+const MEDIA_TYPE = /^[a-z0-9][a-z0-9!#$&^_.+-]{0,126}\/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}$/
+
 const hexToBase64 = (hex: string) => btoa(String.fromCharCode(...(hex.match(/../g) ?? []).map((h) => parseInt(h, 16))))
 
 export const uploads = createRouter(400).openapi(createUpload, async (c) => {
   const input = c.req.valid('json')
   const checksumHex = md5Hex(input.checksum)
   if (!checksumHex) throw new ApiError(400, 'checksum must be the MD5 of the file, base64 (24 characters) or hex (32 digits).')
-  const contentType = input.content_type.trim().toLowerCase()
-  if (!(ALLOWED_CONTENT_TYPES as readonly string[]).includes(contentType)) {
-    throw new ApiError(400, `content_type ${JSON.stringify(input.content_type)} is not accepted; send an image, a video or a common document type.`)
+  const declared = input.content_type.split(';')[0]!.trim().toLowerCase()
+  if (!MEDIA_TYPE.test(declared)) {
+    throw new ApiError(400, `content_type ${JSON.stringify(input.content_type.slice(0, 100))} is not a media type (type/subtype); send application/octet-stream when you do not know it.`)
   }
+  // A type we do not name (application/octet-stream, application/x-sketch, text/html …) is
+  // stored as bytes: the PUT carries application/octet-stream, and storage finds the real type.
+  const contentType = (ALLOWED_CONTENT_TYPES as readonly string[]).includes(declared) ? declared : 'application/octet-stream'
   const recorded = JSON.parse((await callFor(c, 'api.upload_create', [input.filename, input.byte_size, checksumHex, contentType], 'upload')) ?? 'null') as {
     id: string
     key: string

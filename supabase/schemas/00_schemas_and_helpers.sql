@@ -103,6 +103,17 @@ comment on function app.public_url() is
   'Inlined (no SET clause, no table access). The {base_url} that url fields start with. The HTTP layer sets app.public_url per request (PUBLIC_URL), so the database never hard-codes a host.';
 grant execute on function app.public_url() to authenticated, service_role;
 
+create function app.web_url()
+returns text
+language sql
+stable
+as $$
+  select coalesce(nullif(current_setting('app.web_url', true), ''), app.public_url())
+$$;
+comment on function app.web_url() is
+  'Inlined (no SET clause, no table access). The base of web url fields (/@username, /todos/{n}, /projects/{slug}): WEB_URL, which the HTTP layer sets per request as app.web_url, else the public URL (npm start serves those pages itself). Images and files stay on app.public_url(): the API serves them.';
+grant execute on function app.web_url() to authenticated, service_role;
+
 create function app.to_public_id(prefix text, id uuid)
 returns text
 language sql

@@ -29,6 +29,7 @@ create table app.uploads (
   message_id   uuid references app.messages(id) on delete cascade,
   measured_at  timestamptz,
   put_started_at timestamptz,
+  detected_type text,
   constraint uploads_attached_has_time check (((todo_id is null) and (comment_id is null) and (message_id is null)) = (attached_at is null)),
   constraint uploads_one_target check (num_nonnulls(todo_id, comment_id, message_id) <= 1)
 );
@@ -38,6 +39,8 @@ comment on column app.uploads.key is
   'Storage key in the uploads bucket: 128 random bits and the cleaned file name. Unguessable, so the file URL can be shared with exactly those who may see the attachment.';
 comment on column app.uploads.measured_at is
   'When the worker or the storage server read the image''s dimensions (null: not yet). Set also when the file could not be read as an image, so it is not read again.';
+comment on column app.uploads.detected_type is
+  'For an upload declared application/octet-stream (any type we do not name is declared so: the PUT carries application/octet-stream): the type found in the file''s bytes (file-type), by the local storage server on PUT or the storage worker on Supabase; null until then or when nothing is recognised. The attachment''s mime_type is this, else content_type. Members cannot write it.';
 comment on column app.uploads.put_started_at is 'When the storage server began receiving the file (null: no PUT in progress). A claim, so that two PUTs of one signed URL cannot both land; released when a PUT fails, and void after the PUT''s deadline (a crashed server).';
 create index uploads_user_id_idx on app.uploads (user_id);
 create index uploads_todo_id_idx on app.uploads (todo_id, attached_at, id) where (todo_id is not null);
@@ -99,11 +102,19 @@ begin
     elsif object_size <> upload.byte_size
        or (object_etag is not null and lower(trim(both '"' from object_etag)) <> encode(upload.checksum, 'hex')) then
       perform app.http_error(422, format('%s: the stored file %L does not match its size or checksum.', field, upload.filename));
+    elsif upload.content_type = 'application/octet-stream' then
+      -- Declared as bytes of no named type: any stored type will do, and what storage found in
+      -- the file (the local server records it on PUT; Supabase records the PUT's octet-stream,
+      -- and the worker sniffs) is the attachment's type.
+      if upload.detected_type is null and object_type is distinct from 'application/octet-stream' then
+        upload.detected_type := object_type;
+        update app.uploads u set detected_type = object_type where u.id = upload.id;
+      end if;
     elsif object_type is distinct from upload.content_type then
       perform app.http_error(422, format('%s: the stored file %L is not %s (it was stored as %s).',
         field, upload.filename, upload.content_type, coalesce(object_type, 'an unknown type')));
     end if;
-    if target_message is not null and upload.content_type !~ '^(image|video)/' then
+    if target_message is not null and coalesce(upload.detected_type, upload.content_type) !~ '^(image|video)/' then
       perform app.http_error(422, format('%s must be an image or a video.', field));
     end if;
     update app.uploads u
@@ -116,7 +127,7 @@ begin
 end;
 $$;
 comment on function app.attach_uploads(jsonb, uuid, uuid, uuid, text) is
-  'Attaches the caller''s uploads (ids from verified signed_ids) to a todo, comment or message, in order. 422 naming the field when an upload is someone else''s, already attached, not (completely) stored yet, stored with another size, MD5 or type than declared (storage.objects.metadata: the local server records the type it found in the file, Supabase Storage the PUT''s Content-Type, which the bucket limits to allowed_mime_types), or unknown; messages take only images and videos. Security definer: storage.objects is not readable by members. Rows are locked so two requests cannot attach one upload twice.';
+  'Attaches the caller''s uploads (ids from verified signed_ids) to a todo, comment or message, in order. 422 naming the field when an upload is someone else''s, already attached, not (completely) stored yet, stored with another size, MD5 or type than declared (an upload declared application/octet-stream takes any stored type, which becomes its detected_type) (storage.objects.metadata: the local server records the type it found in the file, Supabase Storage the PUT''s Content-Type, which the bucket limits to allowed_mime_types), or unknown; messages take only images and videos. Security definer: storage.objects is not readable by members. Rows are locked so two requests cannot attach one upload twice.';
 grant execute on function app.attach_uploads(jsonb, uuid, uuid, uuid, text) to authenticated;
 
 create function app.reserve_upload_bytes(requested bigint)
@@ -320,13 +331,13 @@ security definer
 set search_path = ''
 as $$
   select u.key from app.uploads u
-  where u.measured_at is null and u.content_type ~ '^image/'
+  where u.measured_at is null and (coalesce(u.detected_type, u.content_type) ~ '^image/' or u.content_type = 'application/octet-stream')
     and exists (select 1 from storage.objects o where o.bucket_id = 'uploads' and o.name = u.key)
   order by u.created_at
   limit batch
 $$;
 comment on function app.unmeasured_images(integer) is
-  'Stored images whose dimensions are not known yet, oldest first, for the storage worker.';
+  'Stored images whose dimensions are not known yet, and stored files declared application/octet-stream not read yet (the worker finds their type, then measures them if they are images), oldest first, for the storage worker.';
 grant execute on function app.unmeasured_images(integer) to service_role;
 
 create function app.record_image_size(object_key text, image_width integer, image_height integer)
@@ -341,6 +352,20 @@ $$;
 comment on function app.record_image_size(text, integer, integer) is
   'Records what the worker read of an image (null dimensions when unreadable), so it is measured once.';
 grant execute on function app.record_image_size(text, integer, integer) to service_role;
+
+create function app.record_detected_type(object_key text, mime text)
+returns void
+language sql
+volatile
+security definer
+set search_path = ''
+as $$
+  update app.uploads u set detected_type = mime
+  where u.key = object_key and u.content_type = 'application/octet-stream' and u.detected_type is null and mime is not null
+$$;
+comment on function app.record_detected_type(text, text) is
+  'Records the type the storage worker found in the bytes of a file declared application/octet-stream (Supabase Storage records the PUT''s type, octet-stream); other uploads keep the type they were checked against.';
+grant execute on function app.record_detected_type(text, text) to service_role;
 
 -- ============================================================================
 -- Row-level security and grants

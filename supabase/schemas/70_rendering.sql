@@ -45,6 +45,38 @@ comment on function app.image_set(text, text) is
   'The small/medium/large URLs of an avatar, logo or header at this deployment''s public URL: app.image_urls, for callers that render one row.';
 grant execute on function app.image_set(text, text) to authenticated, service_role;
 
+create function app.initials(phrase text)
+returns text
+language sql
+immutable
+parallel safe
+as $$
+  select coalesce(nullif(regexp_replace(upper(coalesce(
+      substring(btrim(phrase), '^(\S)\S*\s+\S') || substring(btrim(phrase), '^\S+\s+(\S)'),
+      left(btrim(phrase), 2))), '[^A-Z0-9]', '', 'g'), ''), '_')
+$$;
+comment on function app.initials(text) is
+  'Inlined (no SET clause, no table access). What a default image shows: the first letters of the first two words, or the first two letters of one word, A-Z and 0-9 only (the bitmap font of functions/web/images.ts); `_` when none is left.';
+grant execute on function app.initials(text) to authenticated, service_role;
+
+create function app.picture_urls(base_url text, folder text, key text, label text, color text)
+returns jsonb
+language sql
+stable
+parallel safe
+as $$
+  select case
+    when key is not null then app.image_urls(base_url, folder, key)
+    else jsonb_build_object(
+      'small', base_url || '/assets/' || folder || '/small/' || coalesce(upper(substring(color, '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png',
+      'medium', base_url || '/assets/' || folder || '/medium/' || coalesce(upper(substring(color, '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png',
+      'large', base_url || '/assets/' || folder || '/large/' || coalesce(upper(substring(color, '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png')
+  end
+$$;
+comment on function app.picture_urls(text, text, text, text, text) is
+  'Inlined (no SET clause, no table access). The small/medium/large URLs of an avatar or logo: the uploaded image (app.image_urls) or, without one, a generated PNG of the label''s initials on the colour (#RRGGBB; grey when it is not one), which the API serves at /assets/{folder}/{size}/{RRGGBB}/{initials}.png. The URL names everything the image shows, so it is cached for good and changes with the name or colour.';
+grant execute on function app.picture_urls(text, text, text, text, text) to authenticated, service_role;
+
 create function app.user_json_body(u app.users, local_today date, viewer_id uuid, base_url text, following boolean, follows_you boolean, follow_requested boolean)
 returns jsonb
 language sql
@@ -68,8 +100,8 @@ as $$
     'website_url', u.website_url,
     'todos_count', u.todos_count,
     'time_zone', u.time_zone,
-    'url', base_url || '/@' || u.username,
-    'avatar', app.image_urls(base_url, 'avatar', u.avatar_key),
+    'url', app.web_url() || '/@' || u.username,
+    'avatar', app.picture_urls(base_url, 'avatar', u.avatar_key, coalesce(nullif(btrim(concat_ws(' ', u.first_name, u.last_name)), ''), u.username), coalesce(u.header_color, app.default_header_color(u.id))),
     'header', case when u.header_key is not null then app.image_urls(base_url, 'header', u.header_key) end,
     'header_color', coalesce(u.header_color, app.default_header_color(u.id)),
     'followers_count', u.followers_count,
@@ -125,8 +157,8 @@ as $$
     'username', u.username,
     'first_name', u.first_name,
     'last_name', u.last_name,
-    'url', base_url || '/@' || u.username,
-    'avatar', app.image_urls(base_url, 'avatar', u.avatar_key))
+    'url', app.web_url() || '/@' || u.username,
+    'avatar', app.picture_urls(base_url, 'avatar', u.avatar_key, coalesce(nullif(btrim(concat_ws(' ', u.first_name, u.last_name)), ''), u.username), coalesce(u.header_color, app.default_header_color(u.id))))
 $$;
 comment on function app.mentioned_user_json_body(app.users, text) is
   'Inlined (no SET clause, no table access). The slim MentionedUser shape (mentions, notification actors): no counters, so it costs one row read.';
@@ -196,10 +228,8 @@ as $$
     'github_url', p.github_url,
     'privacy', p.privacy,
     'archived', p.archived,
-    'url', base_url || '/projects/' || coalesce(p.slug, app.to_public_id('proj', p.id)),
-    'logo', case when p.logo_key is null
-                 then jsonb_build_object('small', null, 'medium', null, 'large', null)
-                 else app.image_urls(base_url, 'logo', p.logo_key) end,
+    'url', app.web_url() || '/projects/' || coalesce(p.slug, app.to_public_id('proj', p.id)),
+    'logo', app.picture_urls(base_url, 'logo', p.logo_key, p.name, coalesce(p.header_color, app.default_header_color(p.id))),
     'header', case when p.header_key is not null then app.image_urls(base_url, 'header', p.header_key) end,
     'header_color', coalesce(p.header_color, app.default_header_color(p.id)),
     'owner', owner,
@@ -209,7 +239,7 @@ as $$
     'follow_requested', follow_requested)
 $$;
 comment on function app.project_json_body(app.projects, text, jsonb, jsonb, boolean, boolean) is
-  'Inlined (no SET clause, no table access). The Project shape, given its rendered owner and makers, whether the viewer follows it (approved) and whether their request to follow it is pending. Logo urls are null when no logo was uploaded (SPEC allows null there, unlike avatars).';
+  'Inlined (no SET clause, no table access). The Project shape, given its rendered owner and makers, whether the viewer follows it (approved) and whether their request to follow it is pending. Without an uploaded logo, the logo is the project''s initials on its header colour (app.picture_urls).';
 grant execute on function app.project_json_body(app.projects, text, jsonb, jsonb, boolean, boolean) to authenticated, service_role;
 
 create function app.projects_json(ids uuid[])
@@ -274,10 +304,8 @@ as $$
     'slug', p.slug,
     'name', p.name,
     'hashtag', p.hashtag,
-    'url', base_url || '/projects/' || coalesce(p.slug, app.to_public_id('proj', p.id)),
-    'logo', case when p.logo_key is null
-                 then jsonb_build_object('small', null, 'medium', null, 'large', null)
-                 else app.image_urls(base_url, 'logo', p.logo_key) end)
+    'url', app.web_url() || '/projects/' || coalesce(p.slug, app.to_public_id('proj', p.id)),
+    'logo', app.picture_urls(base_url, 'logo', p.logo_key, p.name, coalesce(p.header_color, app.default_header_color(p.id))))
 $$;
 comment on function app.mentioned_project_json_body(app.projects, text) is
   'Inlined (no SET clause, no table access). The slim MentionedProject shape: no makers or counters, so a todo with many #tags stays cheap.';
@@ -394,7 +422,7 @@ as $$
     'created_at', u.attached_at,
     'updated_at', u.updated_at,
     'url', app.public_url() || '/files/' || u.key,
-    'mime_type', u.content_type,
+    'mime_type', coalesce(u.detected_type, u.content_type),
     'filename', u.filename,
     'width', u.width,
     'height', u.height,
@@ -473,7 +501,7 @@ begin
         'created_at', t.created_at,
         'updated_at', t.updated_at,
         'body', t.body,
-        'url', base_url || '/todos/' || t.number,
+        'url', app.web_url() || '/todos/' || t.number,
         'attachments', coalesce(a.body, '[]'::jsonb),
         'creator', c.body,
         'creator_id', app.to_public_id('user', t.user_id),
@@ -633,7 +661,7 @@ as $$
       from app.uploads a where a.comment_id = c.id), '[]'::jsonb),
     'created_at', c.created_at,
     'updated_at', c.updated_at,
-    'url', app.public_url() || '/todos/' || (select t.number from app.todos t where t.id = c.todo_id) || '#' || app.to_public_id('comm', c.id),
+    'url', app.web_url() || '/todos/' || (select t.number from app.todos t where t.id = c.todo_id) || '#' || app.to_public_id('comm', c.id),
     'reactions_count', c.reactions_count,
     'viewer', jsonb_build_object('reactions', coalesce((
       select jsonb_agg(jsonb_build_object('id', app.to_public_id('reac', r.id)) order by r.created_at)
@@ -670,7 +698,7 @@ as $$
     'attachment', (
       select jsonb_build_object(
         'url', app.public_url() || '/files/' || a.key,
-        'mime_type', a.content_type,
+        'mime_type', coalesce(a.detected_type, a.content_type),
         'filename', a.filename,
         'byte_size', a.byte_size,
         'width', a.width,
@@ -704,7 +732,7 @@ as $$
     'attachment', (
       select jsonb_build_object(
         'url', app.public_url() || '/files/' || a.key,
-        'mime_type', a.content_type,
+        'mime_type', coalesce(a.detected_type, a.content_type),
         'filename', a.filename,
         'byte_size', a.byte_size,
         'width', a.width,
@@ -743,6 +771,61 @@ $$;
 comment on function app.conversation_json(app.conversations) is
   'A conversation as the current participant sees it: the other participant as `user`, unread from their side, the latest message.';
 grant execute on function app.conversation_json(app.conversations) to authenticated;
+
+-- ============================================================================
+-- Web pages
+-- ============================================================================
+create function app.web_page(kind text, ref text)
+returns jsonb
+language sql
+stable
+security definer
+set search_path = ''
+as $$
+  with web as (select app.web_url() as base, app.public_url() as api),
+  member as (
+    select u.* from app.users u
+    where kind = 'user' and lower(u.username) = lower(ref) and u.privacy <> 'private'),
+  todo as (
+    select t.* from app.todos t
+    where kind = 'todo' and ref ~ '^[0-9]{1,18}$' and t.number = ref::bigint and t.author_privacy = 'public'),
+  project as (
+    select p.* from app.projects p
+    where kind = 'project' and (p.id = app.from_public_id('proj', ref) or p.slug = lower(ref)) and p.privacy <> 'private')
+  select coalesce(
+    (select jsonb_build_object(
+       'kind', 'user', 'title', coalesce(nullif(btrim(concat_ws(' ', m.first_name, m.last_name)), ''), m.username),
+       'username', m.username, 'bio', m.bio, 'url', web.base || '/@' || m.username,
+       'image', app.picture_urls(web.api, 'avatar', m.avatar_key, coalesce(nullif(btrim(concat_ws(' ', m.first_name, m.last_name)), ''), m.username), coalesce(m.header_color, app.default_header_color(m.id))) ->> 'large',
+       'todos_hidden', m.privacy <> 'public',
+       'todos', case when m.privacy = 'public' then coalesce((
+         select jsonb_agg(jsonb_build_object('body', t.body, 'created_at', t.created_at, 'url', web.base || '/todos/' || t.number) order by t.created_at desc)
+         from (select * from app.todos t where t.user_id = m.id and t.author_privacy = 'public' order by t.created_at desc limit 20) t), '[]') else '[]' end)
+     from member m, web),
+    (select jsonb_build_object(
+       'kind', 'todo', 'title', left(t.body, 80), 'body', t.body, 'created_at', t.created_at, 'url', web.base || '/todos/' || t.number,
+       'author', jsonb_build_object('username', u.username, 'url', web.base || '/@' || u.username),
+       'reactions_count', t.reactions_count, 'comments_count', t.comments_count,
+       'attachments', coalesce((
+         select jsonb_agg(jsonb_build_object('filename', a.filename, 'url', web.api || '/files/' || a.key) order by a.attached_at, a.id)
+         from app.uploads a where a.todo_id = t.id), '[]'))
+     from todo t join app.users u on u.id = t.user_id, web),
+    (select jsonb_build_object(
+       'kind', 'project', 'title', p.name, 'pitch', p.pitch, 'description', p.description,
+       'url', web.base || '/projects/' || coalesce(p.slug, app.to_public_id('proj', p.id)),
+       'image', app.picture_urls(web.api, 'logo', p.logo_key, p.name, coalesce(p.header_color, app.default_header_color(p.id))) ->> 'large',
+       'todos_hidden', p.privacy <> 'public',
+       'todos', case when p.privacy = 'public' then coalesce((
+         select jsonb_agg(jsonb_build_object('body', t.body, 'created_at', t.created_at, 'url', web.base || '/todos/' || t.number) order by t.created_at desc)
+         from (select t.* from app.todos t
+               join app.todo_project_mentions pm on pm.todo_id = t.id and pm.project_id = p.id
+               join app.project_makers mk on mk.project_id = p.id and mk.user_id = t.user_id
+               where t.author_privacy = 'public' order by t.created_at desc limit 20) t), '[]') else '[]' end)
+     from project p, web))
+$$;
+comment on function app.web_page(text, text) is
+  'What the web pages /@username, /todos/{n} and /projects/{slug} show to an anonymous visitor (they carry no credential): a public or protected member''s profile, with their 20 newest todos only when public; a todo of a public member; a public or protected project, with its makers'' 20 newest public todos only when public. Null (a 404 page) for private members and projects, other members'' todos and anything unknown. Security definer: the page has no member to run as, so the rules are the anonymous viewer''s, written out here.';
+grant execute on function app.web_page(text, text) to service_role;
 
 -- ============================================================================
 -- Execute only where granted above

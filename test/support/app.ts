@@ -15,6 +15,7 @@ import { databaseUrl } from './net.ts'
 import { nodeWebhookSender } from '../../local/webhook-sender.ts'
 import { type DrainOptions, drainWebhooks } from '../../functions/lib/webhooks.ts'
 import { type ExportOptions, runExports } from '../../functions/lib/exports.ts'
+import { nodeBrotli, nodeDocsScript } from '../../local/node-http.ts'
 
 export const JWT_SECRET = 'test-jwt-secret-that-is-long-enough-for-hs256'
 export const WORKER_SECRET = 'test-worker-secret'
@@ -52,6 +53,8 @@ export interface WorldOptions {
   storage?: { idleTimeoutMs?: number; putDeadlineMs?: number; incompleteAfterMs?: number }
   /** WEBHOOK_ALLOW_PRIVATE of the app and of the world's webhook sender. Default false, as in production. */
   webhookAllowPrivate?: boolean
+  /** WEB_URL of the app (base of web url fields); default the public URL, http://api.test. */
+  webUrl?: string
 }
 
 export async function startWorld(options: WorldOptions = {}) {
@@ -73,10 +76,12 @@ export async function startWorld(options: WorldOptions = {}) {
   let server: ServerType | null = null
   const storage = localStorage({ dir: storageDir, get publicUrl() { return publicUrl }, jwtSecret: JWT_SECRET, sql, ...options.storage })
   const webhookAllowPrivate = options.webhookAllowPrivate ?? false
+  const accessLog: string[] = []
   const webhookSender = nodeWebhookSender({ allowPrivate: webhookAllowPrivate })
   const app = createApp({
     sql, publicUrl: 'http://api.test', jwtSecret: JWT_SECRET, upgradeUrl: 'https://todo.test/upgrade', storage, workerSecret: WORKER_SECRET,
     webhookAllowPrivate, webhookSender, webhookDrain: { scheduleMs: [200, 400, 800], giveUpAfterMs: 60_000 },
+    webUrl: options.webUrl, brotli: nodeBrotli, docsScript: nodeDocsScript, accessLog: (line) => accessLog.push(line),
   })
   app.route('/', storage.routes)
   const baseUrl = await new Promise<string>((resolve) => {
@@ -87,7 +92,7 @@ export async function startWorld(options: WorldOptions = {}) {
   const realtime = await startRealtimeGateway({ databaseUrl: url, jwtSecret: JWT_SECRET, privateOnly: options.realtimePrivateOnly ?? true })
   realtime.attach(server!)
 
-  const adminContext = { sql, jwtSecret: JWT_SECRET, publicUrl: 'http://api.test' }
+  const adminContext = { sql, jwtSecret: JWT_SECRET, publicUrl: 'http://api.test', webUrl: options.webUrl }
 
   async function request<T = any>(method: string, path: string, options: RequestOptions = {}): Promise<HttpResult<T>> {
     const headers: Record<string, string> = { ...options.headers }
@@ -111,6 +116,8 @@ export async function startWorld(options: WorldOptions = {}) {
   return {
     baseUrl,
     databaseUrl: url,
+    /** The app's access log, one line per request. */
+    accessLog,
     /** Every statement the app's pool sent, in order (for round-trip counts). */
     statements,
     sql,

@@ -26,6 +26,15 @@ const publicUrl = required(
   'api: set PUBLIC_URL (or SUPABASE_URL) to the public base URL of the API.',
 ).replace(/\/+$/, '')
 const upgradeUrl = env('UPGRADE_URL') ?? `${publicUrl}/upgrade`
+// The website's base for web url fields; unset: this function's own pages (PUBLIC_URL).
+const webUrl = (env('WEB_URL') ?? publicUrl).replace(/\/+$/, '')
+
+// /docs/scalar.js: the pinned @scalar/api-reference bundle from the repository's node_modules,
+// shipped with the function by `static_files` in supabase/config.toml; read once per isolate.
+// Missing (a bundle run without the file): /docs/scalar.js is 404 and the page says nothing.
+let docsScript: Promise<Uint8Array | null> | null = null
+const readDocsScript = () =>
+  (docsScript ??= Deno.readFile(new URL('../../../node_modules/@scalar/api-reference/dist/browser/standalone.js', import.meta.url)).catch(() => null))
 
 // Once per isolate. Supabase's transaction pooler (port 6543) cannot keep prepared statements.
 const prepare = new URL(databaseUrl).port !== '6543'
@@ -55,7 +64,11 @@ const webhookSender = denoWebhookSender({ allowPrivate: webhookAllowPrivate })
 const app = createApp(
   // An invocation claims new batches for at most 50 s (pg_net waits 55 s for its answer), well
   // within the edge runtime's 150 s wall clock even with a 15 s delivery under way.
-  { sql, publicUrl, jwtSecret, upgradeUrl, storage, workerSecret, webhookAllowPrivate, webhookSender, webhookDrain: { budgetMs: 50_000 } },
+  {
+    sql, publicUrl, jwtSecret, upgradeUrl, storage, workerSecret, webhookAllowPrivate, webhookSender, webhookDrain: { budgetMs: 50_000 },
+    // gzip only (CompressionStream): the edge runtime has no brotli encoder we can count on.
+    webUrl, docsScript: readDocsScript, accessLog: (line) => console.log(line),
+  },
   { basePath: '/api' },
 )
 

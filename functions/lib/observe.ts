@@ -1,0 +1,67 @@
+// Request ids and the access log: one line per request (method, path without secrets, status,
+// duration, request id). A client's X-Request-Id is kept when it is sane, so a mobile client's
+// id follows the request into our log; otherwise we make one. Runtime-neutral.
+import type { MiddlewareHandler } from 'hono'
+
+/** An id a client may choose: 1–128 characters a log line and a header can carry as they are. */
+const SANE_ID = /^[A-Za-z0-9._:@=+\/-]{1,128}$/
+
+/** Query parameters whose values never reach the log (credentials, OAuth secrets and codes). */
+const SECRET_PARAMS = new Set(['api_key', 'access_token', 'refresh_token', 'token', 'code', 'client_secret', 'code_verifier', 'password', 'signature'])
+
+/** The path and query of a URL as the log shows it: secret parameters' values replaced. */
+export function loggedPath(url: URL): string {
+  if (!url.search) return url.pathname
+  const parts = url.search.slice(1).split('&').map((pair) => {
+    const eq = pair.indexOf('=')
+    const name = decodeURIComponentSafe(eq < 0 ? pair : pair.slice(0, eq)).toLowerCase()
+    return SECRET_PARAMS.has(name) ? `${eq < 0 ? pair : pair.slice(0, eq)}=[redacted]` : pair
+  })
+  return `${url.pathname}?${parts.join('&')}`
+}
+
+function decodeURIComponentSafe(text: string): string {
+  try {
+    return decodeURIComponent(text.replace(/\+/g, ' '))
+  } catch {
+    return text
+  }
+}
+
+export function requestIdOf(header: string | undefined): string {
+  return header !== undefined && SANE_ID.test(header) ? header : crypto.randomUUID()
+}
+
+/** Replaces a response whose headers are immutable (Response.redirect, fetch) by a copy that may change. */
+export function mutable(res: Response): Response {
+  try {
+    res.headers.set('x-mutable-check', '1')
+    res.headers.delete('x-mutable-check')
+    return res
+  } catch {
+    return new Response(res.body, { status: res.status, statusText: res.statusText, headers: new Headers(res.headers) })
+  }
+}
+
+export type AccessLog = (line: string) => void
+
+/** Sets X-Request-Id on the response and writes one access-log line when `log` is given. */
+export function observe(log: AccessLog | undefined): MiddlewareHandler {
+  return async (c, next) => {
+    const started = performance.now()
+    const id = requestIdOf(c.req.header('x-request-id'))
+    c.set('requestId' as never, id as never)
+    let status = 500
+    try {
+      await next()
+      c.res = mutable(c.res)
+      c.res.headers.set('x-request-id', id)
+      status = c.res.status
+    } finally {
+      if (log) {
+        const ms = (performance.now() - started).toFixed(1)
+        log(`${c.req.method} ${loggedPath(new URL(c.req.url))} ${status} ${ms}ms id=${id}`)
+      }
+    }
+  }
+}

@@ -1,0 +1,413 @@
+// Issue 18: what clients in the wild expect, each failure reproduced over real HTTP. CORS for
+// bearer-token apps on other origins, compression, ETags and 304, request ids and the access
+// log, /health, every URL the API hands out answering (generated images, web pages, files),
+// WEB_URL, and uploads of types we do not name (application/octet-stream from a desktop client).
+import { createHash } from 'node:crypto'
+import { request as httpRequest } from 'node:http'
+import { brotliDecompressSync, gunzipSync, gzipSync } from 'node:zlib'
+import { Hono } from 'hono'
+import { PNG } from 'pngjs'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createApp } from '../functions/app.ts'
+import { compression } from '../functions/lib/encoding.ts'
+import { runStorageMaintenance } from '../functions/lib/maintenance.ts'
+import { createSql } from '../functions/lib/sql.ts'
+import type { FileStorage } from '../functions/lib/storage.ts'
+import { JWT_SECRET, type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+
+let world: TestWorld
+let alice: CreatedUser
+let bob: CreatedUser
+
+const PUBLIC = 'http://api.test'
+const local = (url: string) => url.replace(PUBLIC, world.baseUrl)
+
+function png(width: number, height: number): Buffer {
+  const image = new PNG({ width, height })
+  for (let i = 0; i < image.data.length; i += 4) image.data.set([i % 256, 80, 160, 255], i)
+  return PNG.sync.write(image)
+}
+const md5 = (file: Buffer) => createHash('md5').update(file).digest('base64')
+
+/** A GET as raw bytes (fetch would undo the Content-Encoding we want to see). */
+function raw(path: string, headers: Record<string, string> = {}): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: Buffer }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(world.baseUrl + path, { headers }, (res) => {
+      const chunks: Buffer[] = []
+      res.on('data', (c: Buffer) => chunks.push(c))
+      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks) }))
+      res.on('error', reject)
+    })
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+async function upload(user: CreatedUser, file: Buffer, contentType: string, filename: string) {
+  const asked = await world.post('/v1/uploads', { auth: user.api_key, json: { filename, byte_size: file.length, checksum: md5(file), content_type: contentType } })
+  expect(asked.status, JSON.stringify(asked.body)).toBe(200)
+  const put = await fetch(local(asked.body.url), { method: 'PUT', headers: asked.body.headers, body: new Uint8Array(file) })
+  expect(put.status).toBe(200)
+  return asked.body as { signed_id: string; content_type: string; headers: Record<string, string>; key: string }
+}
+
+beforeAll(async () => {
+  world = await startWorld()
+  alice = await world.createUser('alice', '--first-name', 'Ada', '--last-name', 'Lovelace')
+  bob = await world.createUser('bob')
+  // A page of 25 todos, as a polling client reads it (40–75 KB of JSON in the issue).
+  for (let i = 0; i < 25; i++) {
+    const res = await world.post('/v1/todos', { auth: alice.api_key, json: { body: `Shipped feature number ${i} of the release: wrote the tests, fixed the edge cases, updated the docs and the changelog #launch` } })
+    expect(res.status).toBe(201)
+  }
+})
+afterAll(() => world.close())
+
+describe('CORS: a browser app on another origin can call the API with a bearer token', () => {
+  const preflight = (path: string, method = 'POST') => world.request('OPTIONS', path, {
+    headers: { origin: 'https://app.example', 'access-control-request-method': method, 'access-control-request-headers': 'authorization, content-type' },
+  })
+
+  it('a preflight of /v1 is 204 with the methods and headers allowed, for any origin, without credentials (was 403)', async () => {
+    const res = await preflight('/v1/todos')
+    expect(res.status).toBe(204)
+    expect(res.headers.get('access-control-allow-origin')).toBe('*')
+    expect(res.headers.get('access-control-allow-methods')).toMatch(/\bPOST\b/)
+    expect(res.headers.get('access-control-allow-methods')).toMatch(/\bPATCH\b/)
+    expect(res.headers.get('access-control-allow-methods')).toMatch(/\bDELETE\b/)
+    expect(res.headers.get('access-control-allow-headers')).toMatch(/\bAuthorization\b/)
+    expect(res.headers.get('access-control-allow-headers')).toMatch(/\bContent-Type\b/)
+    expect(res.headers.get('access-control-allow-credentials')).toBeNull()
+  })
+
+  it.each(['/oauth/token', '/oauth/revoke', '/oauth/introspect'])('a preflight of %s is answered before routing', async (path) => {
+    const res = await preflight(path)
+    expect(res.status).toBe(204)
+    expect(res.headers.get('access-control-allow-origin')).toBe('*')
+  })
+
+  it('the cookie-based pages are not cross-origin: no CORS headers on /oauth/authorize or web pages', async () => {
+    for (const path of ['/oauth/authorize', '/@alice', '/docs']) {
+      const res = await preflight(path, 'GET')
+      expect(res.headers.get('access-control-allow-origin'), path).toBeNull()
+    }
+  })
+
+  it('answers carry Access-Control-Allow-Origin: * and expose Retry-After, errors included', async () => {
+    const ok = await world.get('/v1/users/me', { auth: alice.api_key, headers: { origin: 'https://app.example' } })
+    expect(ok.status).toBe(200)
+    expect(ok.headers.get('access-control-allow-origin')).toBe('*')
+    expect(ok.headers.get('access-control-expose-headers')).toMatch(/\bRetry-After\b/)
+    expect(ok.headers.get('access-control-expose-headers')).toMatch(/\bETag\b/)
+    const refused = await world.get('/v1/users/me', { headers: { origin: 'https://app.example' } })
+    expect(refused.status).toBe(403)
+    expect(refused.headers.get('access-control-allow-origin')).toBe('*')
+  })
+})
+
+describe('compression', () => {
+  it('a page of 25 todos is gzip-compressed when the client asks (was sent whole)', async () => {
+    const plain = await raw('/v1/todos?limit=25', { authorization: `Bearer ${alice.api_key}` })
+    expect(plain.headers['content-encoding']).toBeUndefined()
+    expect(plain.body.length).toBeGreaterThan(10_000)
+    const packed = await raw('/v1/todos?limit=25', { authorization: `Bearer ${alice.api_key}`, 'accept-encoding': 'gzip, deflate' })
+    expect(packed.status).toBe(200)
+    expect(packed.headers['content-encoding']).toBe('gzip')
+    expect(packed.headers.vary).toMatch(/Accept-Encoding/i)
+    expect(packed.body.length).toBeLessThan(plain.body.length / 4)
+    expect(JSON.parse(gunzipSync(packed.body).toString())).toEqual(JSON.parse(plain.body.toString()))
+  })
+
+  it('br where the runtime has it (Node), preferred over gzip', async () => {
+    const packed = await raw('/v1/todos?limit=25', { authorization: `Bearer ${alice.api_key}`, 'accept-encoding': 'gzip, br' })
+    expect(packed.headers['content-encoding']).toBe('br')
+    expect(JSON.parse(brotliDecompressSync(packed.body).toString()).data).toHaveLength(25)
+  })
+
+  it('small answers (under 1 KiB) and files are sent as they are', async () => {
+    const small = await raw('/health', { 'accept-encoding': 'gzip' })
+    expect(small.status).toBe(200)
+    expect(small.headers['content-encoding']).toBeUndefined()
+    const text = Buffer.from('a text file that compresses well. '.repeat(200))
+    const up = await upload(alice, text, 'text/plain', 'notes.txt')
+    const file = await raw(`/files/${up.key}`, { 'accept-encoding': 'gzip' })
+    expect(file.status).toBe(200)
+    expect(file.headers['content-encoding']).toBeUndefined()
+    expect(file.body.equals(text)).toBe(true)
+    // A file has its MD5 as its tag: revalidated without being sent again.
+    expect(file.headers.etag).toBe(`"${createHash('md5').update(text).digest('hex')}"`)
+    const again = await raw(`/files/${up.key}`, { 'if-none-match': String(file.headers.etag) })
+    expect(again.status).toBe(304)
+    expect(again.body.length).toBe(0)
+  })
+
+  it('never twice: an answer that already has a Content-Encoding is left alone', async () => {
+    const body = gzipSync(JSON.stringify({ x: 'y'.repeat(5000) }))
+    const app = new Hono()
+    app.use('*', compression())
+    app.get('/', () => new Response(body, { headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' } }))
+    const res = await app.request('/', { headers: { 'accept-encoding': 'gzip' } })
+    const bytes = Buffer.from(await res.arrayBuffer())
+    expect(res.headers.get('content-encoding')).toBe('gzip')
+    expect(JSON.parse(gunzipSync(bytes).toString()).x).toHaveLength(5000)
+  })
+})
+
+describe('conditional GETs', () => {
+  it('GET answers carry an ETag, and If-None-Match gets 304 with no body until the page changes', async () => {
+    const first = await world.get('/v1/todos?limit=25', { auth: bob.api_key })
+    const etag = first.headers.get('etag')!
+    expect(etag).toMatch(/^W\/"[A-Za-z0-9_-]+"$/)
+    expect(first.headers.get('cache-control')).toBe('private, no-cache')
+    const again = await raw('/v1/todos?limit=25', { authorization: `Bearer ${bob.api_key}`, 'if-none-match': etag, 'accept-encoding': 'gzip' })
+    expect(again.status).toBe(304)
+    expect(again.body.length).toBe(0)
+    expect(again.headers.etag).toBe(etag)
+    await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'one more' } })
+    const changed = await world.get('/v1/todos?limit=25', { auth: bob.api_key, headers: { 'if-none-match': etag } })
+    expect(changed.status).toBe(200)
+    expect(changed.headers.get('etag')).not.toBe(etag)
+  })
+
+  it('the tag does not depend on the encoding: a gzip client revalidates with the tag it got', async () => {
+    const packed = await raw('/v1/users/alice', { authorization: `Bearer ${bob.api_key}`, 'accept-encoding': 'gzip' })
+    const plain = await world.get('/v1/users/alice', { auth: bob.api_key })
+    expect(packed.headers.etag).toBe(plain.headers.get('etag'))
+  })
+})
+
+describe('request ids and the access log', () => {
+  it('echoes a sane X-Request-Id, and logs one line per request without the api_key', async () => {
+    const res = await world.get(`/v1/users/me?api_key=${alice.api_key}&x=1`, { headers: { 'x-request-id': 'client-42.abc' } })
+    expect(res.status).toBe(200)
+    expect(res.headers.get('x-request-id')).toBe('client-42.abc')
+    const line = world.accessLog.find((l) => l.includes('id=client-42.abc'))!
+    expect(line).toMatch(/^GET \/v1\/users\/me\?api_key=\[redacted\]&x=1 200 \d+\.\dms id=client-42\.abc$/)
+    expect(world.accessLog.join('\n')).not.toContain(alice.api_key)
+  })
+
+  it('makes an id when the client sends none or an unusable one', async () => {
+    const none = await world.get('/health')
+    expect(none.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/)
+    const bad = await world.get('/health', { headers: { 'x-request-id': 'has spaces and\ttabs' } })
+    expect(bad.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/)
+    const long = await world.get('/health', { headers: { 'x-request-id': 'x'.repeat(200) } })
+    expect(long.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/)
+  })
+})
+
+describe('GET /health', () => {
+  it('200 when the database answers', async () => {
+    const res = await world.get('/health')
+    expect(res.status).toBe(200)
+    expect(res.body).toEqual({ status: 'ok' })
+  })
+
+  it('503 {error} when it does not', async () => {
+    const sql = createSql('postgres://nobody@127.0.0.1:1/nothing', { max: 1, connect_timeout: 1 } as never)
+    const app = createApp({ sql, publicUrl: PUBLIC, jwtSecret: JWT_SECRET, upgradeUrl: 'https://todo.test/upgrade', storage: {} as FileStorage })
+    const res = await app.fetch(new Request(`${PUBLIC}/health`))
+    expect(res.status).toBe(503)
+    expect(await res.json()).toEqual({ error: 'The database is not reachable.' })
+    await sql.end({ timeout: 1 })
+  })
+})
+
+describe('every URL the API hands out resolves', () => {
+  it('a todo with an attachment and reactions expanded, its project and its people: each URL is 200 with the right type', async () => {
+    const project = await world.admin('create-project', '--owner', 'alice', '--name', 'Analytical engine', '--slug', 'engine', '--hashtag', 'engine')
+    const picture = await upload(alice, png(40, 30), 'image/png', 'diagram.png')
+    const created = await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'Drew the diagram for #engine with @bob', attachments: [picture.signed_id] } })
+    expect(created.status).toBe(201)
+    expect((await world.post('/v1/reactions', { auth: bob.api_key, json: { reactable_type: 'Todo', reactable_id: created.body.id } })).status).toBe(201)
+    const comment = await world.post('/v1/comments', { auth: bob.api_key, json: { commentable_type: 'Todo', commentable_id: created.body.id, body: 'Lovely' } })
+    expect(comment.status).toBe(201)
+
+    const responses = [
+      await world.get(`/v1/todos/${created.body.id}?expand=reactions`, { auth: bob.api_key }),
+      await world.get(`/v1/projects/${project.id}`, { auth: bob.api_key }),
+      await world.get('/v1/users/alice', { auth: bob.api_key }),
+      await world.get('/v1/users/me', { auth: bob.api_key }),
+      await world.get(`/v1/todos/${created.body.id}/comments`, { auth: alice.api_key }),
+    ]
+    const urls = new Set<string>()
+    const collect = (value: unknown) => {
+      if (typeof value === 'string' && value.startsWith(PUBLIC)) urls.add(value)
+      else if (value && typeof value === 'object') Object.values(value).forEach(collect)
+    }
+    for (const res of responses) {
+      expect(res.status).toBe(200)
+      collect(res.body)
+    }
+    const kinds = { image: 0, page: 0, file: 0 }
+    for (const url of urls) {
+      const res = await fetch(local(url.split('#')[0]!))
+      expect(res.status, url).toBe(200)
+      const type = res.headers.get('content-type') ?? ''
+      if (url.includes('/assets/') || url.includes('/files/')) {
+        expect(type, url).toBe('image/png')
+        const image = PNG.sync.read(Buffer.from(await res.arrayBuffer()))
+        expect(image.width, url).toBeGreaterThan(0)
+        kinds[url.includes('/files/') ? 'file' : 'image']++
+      } else {
+        expect(type, url).toMatch(/^text\/html/)
+        kinds.page++
+      }
+    }
+    // Avatars of both members and the project's logo (3 sizes each), the attachment, and the
+    // pages of the todo, its comment, both members and the project.
+    expect(kinds.image).toBeGreaterThanOrEqual(9)
+    expect(kinds.file).toBe(1)
+    expect(kinds.page).toBeGreaterThanOrEqual(4)
+  })
+
+  it('a default avatar is the member\'s initials on their header colour, sized as named, cached for good', async () => {
+    const me = (await world.get('/v1/users/alice', { auth: bob.api_key })).body
+    expect(me.avatar.small).toMatch(/\/assets\/avatar\/small\/[0-9A-F]{6}\/AL\.png$/)
+    expect(me.avatar.small).toContain(me.header_color.slice(1).toUpperCase())
+    const res = await fetch(local(me.avatar.large))
+    expect(res.headers.get('cache-control')).toBe('public, max-age=31536000, immutable')
+    const image = PNG.sync.read(Buffer.from(await res.arrayBuffer()))
+    expect([image.width, image.height]).toEqual([192, 192])
+    const color = me.header_color.slice(1)
+    expect([...image.data.subarray(0, 3)]).toEqual([0, 2, 4].map((i) => parseInt(color.slice(i, i + 2), 16)))
+    // Somewhere in the middle the initials are drawn in white.
+    let white = 0
+    for (let i = 0; i < image.data.length; i += 4) if (image.data[i] === 255 && image.data[i + 1] === 255 && image.data[i + 2] === 255) white++
+    expect(white).toBeGreaterThan(500)
+    const cached = await fetch(local(me.avatar.large), { headers: { 'if-none-match': res.headers.get('etag')! } })
+    expect(cached.status).toBe(304)
+  })
+
+  it('the old default URLs answer too, and anything else under /assets is a JSON 404', async () => {
+    const old = await fetch(`${world.baseUrl}/assets/default-avatar-medium.png`)
+    expect(old.status).toBe(200)
+    expect(old.headers.get('content-type')).toBe('image/png')
+    for (const path of ['/assets/avatar/huge/FFFFFF/AB.png', '/assets/avatar/small/XYZ/AB.png', '/assets/avatar/small/FFFFFF/abc.png', '/assets/nothing.png']) {
+      const res = await world.get(path)
+      expect(res.status, path).toBe(404)
+      expect(res.body).toEqual({ error: 'No such image.' })
+    }
+  })
+})
+
+describe('web pages, as an anonymous visitor may see them', () => {
+  let carol: CreatedUser
+  let dave: CreatedUser
+  beforeAll(async () => {
+    carol = await world.createUser('carol', '--privacy', 'protected')
+    dave = await world.createUser('dave', '--privacy', 'private')
+  })
+
+  it('a public todo is rendered, escaped, with a restrictive CSP', async () => {
+    const todo = await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'Fixed <script>alert("x")</script> & friends' } })
+    const res = await fetch(local(todo.body.url))
+    expect(res.status).toBe(200)
+    const html = await res.text()
+    expect(html).toContain('Fixed &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; friends')
+    expect(html).not.toContain('<script>')
+    expect(res.headers.get('content-security-policy')).toMatch(/default-src 'none'/)
+  })
+
+  it('a member page lists their public todos; a protected member shows no todos; a private member is a 404 page', async () => {
+    const page = await (await fetch(`${world.baseUrl}/@alice`)).text()
+    expect(page).toContain('Ada Lovelace')
+    expect(page).toContain('Shipped feature number 24')
+    const secret = await world.post('/v1/todos', { auth: carol.api_key, json: { body: 'carol protected secret' } })
+    const protectedPage = await fetch(`${world.baseUrl}/@carol`)
+    expect(protectedPage.status).toBe(200)
+    expect(await protectedPage.text()).not.toContain('carol protected secret')
+    const hiddenTodo = await fetch(local(secret.body.url))
+    expect(hiddenTodo.status).toBe(404)
+    expect(hiddenTodo.headers.get('content-type')).toMatch(/^text\/html/)
+    const privateTodo = await world.post('/v1/todos', { auth: dave.api_key, json: { body: 'dave private' } })
+    expect((await fetch(local(privateTodo.body.url))).status).toBe(404)
+    expect((await fetch(`${world.baseUrl}/@dave`)).status).toBe(404)
+    expect((await fetch(`${world.baseUrl}/@nobody_here`)).status).toBe(404)
+  })
+
+  it('project pages: public with its todos, private a 404 page', async () => {
+    await world.admin('create-project', '--owner', 'alice', '--name', 'Open lab', '--slug', 'open-lab', '--hashtag', 'openlab')
+    await world.admin('create-project', '--owner', 'alice', '--name', 'Hidden lab', '--slug', 'hidden-lab', '--privacy', 'private')
+    await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'Calibrated the #openlab scope' } })
+    const open = await fetch(`${world.baseUrl}/projects/open-lab`)
+    expect(open.status).toBe(200)
+    expect(await open.text()).toContain('Calibrated the #openlab scope')
+    expect((await fetch(`${world.baseUrl}/projects/hidden-lab`)).status).toBe(404)
+  })
+})
+
+describe('WEB_URL', () => {
+  it('is the base of web url fields; images and files stay on PUBLIC_URL', async () => {
+    const other = await startWorld({ webUrl: 'https://todo.example' })
+    try {
+      const erin = await other.createUser('erin')
+      const todo = await other.post('/v1/todos', { auth: erin.api_key, json: { body: 'hello' } })
+      expect(todo.body.url).toMatch(/^https:\/\/todo\.example\/todos\/\d+$/)
+      expect(todo.body.creator.url).toBe('https://todo.example/@erin')
+      expect(todo.body.creator.avatar.small).toMatch(/^http:\/\/api\.test\/assets\//)
+      const project = await other.admin('create-project', '--owner', 'erin', '--name', 'X', '--slug', 'x')
+      expect(project.url).toBe('https://todo.example/projects/x')
+    } finally {
+      await other.close()
+    }
+  })
+})
+
+describe('uploads of types we do not name', () => {
+  it('application/octet-stream is accepted (was 400); the PNG inside is found, reported and measured', async () => {
+    const file = png(64, 32)
+    const up = await upload(alice, file, 'application/octet-stream', 'export.bin')
+    expect(up.content_type).toBe('application/octet-stream')
+    expect(up.headers['Content-Type']).toBe('application/octet-stream')
+    const todo = await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'exported', attachments: [up.signed_id] } })
+    expect(todo.status).toBe(201)
+    expect(todo.body.attachments[0]).toMatchObject({ mime_type: 'image/png', width: 64, height: 32, filename: 'export.bin' })
+    const served = await fetch(local(todo.body.attachments[0].url))
+    expect(served.headers.get('content-type')).toBe('image/png')
+    expect(served.headers.get('content-disposition')).toBe('inline')
+  })
+
+  it('an unlisted type with bytes nobody recognises stays application/octet-stream, a download', async () => {
+    const file = Buffer.from(Array.from({ length: 300 }, (_, i) => (i * 37) % 251))
+    const up = await upload(alice, file, 'application/x-sketch', 'drawing.sketch')
+    const todo = await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'sketched', attachments: [up.signed_id] } })
+    expect(todo.status).toBe(201)
+    expect(todo.body.attachments[0].mime_type).toBe('application/octet-stream')
+    const served = await fetch(local(todo.body.attachments[0].url))
+    expect(served.headers.get('content-disposition')).toBe('attachment')
+  })
+
+  it('active content declared as itself (HTML, SVG) is accepted as bytes and never served inline', async () => {
+    for (const [type, body] of [['text/html', '<html><script>alert(1)</script></html>'], ['image/svg+xml', '<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"/>']] as const) {
+      const up = await upload(alice, Buffer.from(body), type, 'page')
+      const todo = await world.post('/v1/todos', { auth: alice.api_key, json: { body: type, attachments: [up.signed_id] } })
+      expect(todo.status).toBe(201)
+      const mime = todo.body.attachments[0].mime_type as string
+      expect(mime).not.toMatch(/html|svg|javascript/)
+      const served = await fetch(local(todo.body.attachments[0].url))
+      expect(served.headers.get('content-disposition')).toBe('attachment')
+      expect(served.headers.get('content-type')).not.toMatch(/html|svg/)
+      expect(served.headers.get('content-security-policy')).toMatch(/^sandbox/)
+    }
+  })
+
+  it('on Supabase Storage (which records the PUT\'s octet-stream) the storage worker finds the type and the size', async () => {
+    const file = png(20, 10)
+    const asked = await world.post('/v1/uploads', { auth: bob.api_key, json: { filename: 'x.bin', byte_size: file.length, checksum: md5(file), content_type: 'application/octet-stream' } })
+    // What Supabase Storage writes for the PUT: the PUT's Content-Type, size and MD5.
+    await world.sql`insert into storage.objects (bucket_id, name, metadata)
+      values ('uploads', ${asked.body.key}, ${world.sql.json({ size: file.length, mimetype: 'application/octet-stream', eTag: `"${createHash('md5').update(file).digest('hex')}"` })})`
+    const storage = { readStart: async () => new Uint8Array(file), deleteFiles: async () => {} } as unknown as FileStorage
+    await runStorageMaintenance(world.sql, storage)
+    const todo = await world.post('/v1/todos', { auth: bob.api_key, json: { body: 'from the edge', attachments: [asked.body.signed_id] } })
+    expect(todo.status).toBe(201)
+    expect(todo.body.attachments[0]).toMatchObject({ mime_type: 'image/png', width: 20, height: 10 })
+  })
+
+  it('a named type must still be what the file is: a PNG declared as PDF is not attached', async () => {
+    const up = await upload(alice, png(4, 4), 'application/pdf', 'not.pdf')
+    const todo = await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'nope', attachments: [up.signed_id] } })
+    expect(todo.status).toBe(422)
+  })
+})
