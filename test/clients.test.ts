@@ -86,6 +86,18 @@ describe('CORS: a browser app on another origin can call the API with a bearer t
     expect(res.headers.get('access-control-allow-origin')).toBe('*')
   })
 
+  it.each(['/oauth/token', '/oauth/revoke', '/oauth/introspect'])('the answers of %s (now built) carry Access-Control-Allow-Origin: * too, errors and no-store kept', async (path) => {
+    const res = await world.request('POST', path, {
+      headers: { origin: 'https://app.example', 'content-type': 'application/x-www-form-urlencoded' },
+      body: 'grant_type=authorization_code&code=nope&client_id=unknown&token=nope',
+    })
+    expect(res.status).toBeGreaterThanOrEqual(400)
+    expect(res.status).toBeLessThan(500)
+    expect(res.body.error).toEqual(expect.any(String))
+    expect(res.headers.get('access-control-allow-origin')).toBe('*')
+    expect(res.headers.get('access-control-allow-credentials')).toBeNull()
+  })
+
   it('the cookie-based pages are not cross-origin: no CORS headers on /oauth/authorize or web pages', async () => {
     for (const path of ['/oauth/authorize', '/@alice', '/docs']) {
       const res = await preflight(path, 'GET')
