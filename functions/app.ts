@@ -18,7 +18,9 @@ import { search } from './search/search.ts'
 import { todos } from './todos/todos.ts'
 import { uploads } from './uploads/uploads.ts'
 import { webhooks } from './webhooks/webhooks.ts'
+import { notifications } from './notifications/notifications.ts'
 import { drainWebhooks } from './lib/webhooks.ts'
+import { ProviderTokens, drainPush } from './lib/push.ts'
 
 export type { AppDeps } from './lib/context.ts'
 
@@ -87,6 +89,7 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
   app.route('/', uploads)
   app.route('/', conversations)
   app.route('/', webhooks)
+  app.route('/', notifications)
 
   app.doc31('/v1/openapi.json', {
     openapi: '3.1.0',
@@ -114,6 +117,16 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
     const presented = c.req.header('authorization')?.replace(/^Bearer\s+/i, '') ?? ''
     if (!deps.workerSecret || !deps.webhookSender || !sameSecret(presented, deps.workerSecret)) return c.json({ error: 'No route matches POST /internal/webhooks.' }, 404)
     return c.json(await drainWebhooks(deps.sql, deps.webhookSender, { budgetMs: 60_000, ...deps.webhookDrain }), 200)
+  })
+
+  // The push worker, for pg_cron + pg_net on Supabase every few seconds (npm start runs it on a
+  // timer). The provider token is shared through the database, so every invocation reuses it.
+  const providerTokens = deps.apns ? new ProviderTokens(deps.sql, deps.apns) : null
+  app.post('/internal/push', async (c) => {
+    const presented = c.req.header('authorization')?.replace(/^Bearer\s+/i, '') ?? ''
+    if (!deps.workerSecret || !deps.pushTransport || !sameSecret(presented, deps.workerSecret)) return c.json({ error: 'No route matches POST /internal/push.' }, 404)
+    const apns = deps.apns && providerTokens ? { config: deps.apns, tokens: providerTokens } : null
+    return c.json(await drainPush(deps.sql, deps.pushTransport, apns, { budgetMs: 60_000, ...deps.pushDrain }), 200)
   })
 
   app.get('/docs', Scalar({ url: basePath + '/v1/openapi.json', pageTitle: 'Todo-Sharing Service API' }))

@@ -11,6 +11,8 @@ import { startRealtimeGateway } from './realtime.ts'
 import { localStorage, runStorageMaintenance } from './storage.ts'
 import { runWebhookWorker } from './webhook-runner.ts'
 import { nodeWebhookSender } from './webhook-sender.ts'
+import { runPushWorker } from './push-runner.ts'
+import { nodePushTransport } from './push-sender.ts'
 
 const config = readConfig()
 const database = await openDatabase(config)
@@ -37,6 +39,10 @@ maintenance.unref()
 const webhookSql = createSql(database.url, { max: 2 })
 const webhookSender = nodeWebhookSender({ allowPrivate: config.webhookAllowPrivate })
 const webhookWorker = runWebhookWorker(webhookSql, webhookSender, { drain: { lanes: 2 } })
+// The push worker (APNs and Web Push), every second, on connections of its own.
+const pushSql = createSql(database.url, { max: 2 })
+const pushTransport = nodePushTransport({ vapid: config.vapid, allowPrivate: config.webhookAllowPrivate })
+const pushWorker = runPushWorker(pushSql, pushTransport, config.apns)
 const realtime = await startRealtimeGateway({ databaseUrl: database.url, jwtSecret: config.jwtSecret, privateOnly: true })
 const server = serve({ fetch: app.fetch, hostname: config.host, port: config.port }, () => {
   console.log(`Todo-sharing API listening on ${config.publicUrl}`)
@@ -54,11 +60,14 @@ async function shutdown(signal: string) {
   console.log(`\n${signal}: stopping…`)
   clearInterval(maintenance)
   await webhookWorker.stop()
+  await pushWorker.stop()
   await realtime.close()
   server.close()
   await sql.end({ timeout: 5 })
   await webhookSql.end({ timeout: 5 })
   await webhookSender.close()
+  await pushSql.end({ timeout: 5 })
+  await pushTransport.close?.()
   await database.stop()
   process.exit(0)
 }

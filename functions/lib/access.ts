@@ -24,6 +24,14 @@ const ROUTE_ACCESS: Record<string, Access> = {
   // Subscriptions are an integration's configuration, and their URLs often carry the
   // receiver's own credential: reading them needs what changing them needs (docs/security.md).
   'GET /v1/webhooks/subscriptions': 'write',
+  // Notifications: OAuth with scope notifications (API keys 403); devices also first-party only.
+  'GET /v1/notifications': 'notifications',
+  'POST /v1/notifications/reading': 'notifications',
+  'POST /v1/notifications/mark_as_read': 'notifications',
+  'GET /v1/notification_preferences': 'notifications',
+  'PATCH /v1/notification_preferences/:identifier': 'notifications',
+  'POST /v1/devices': 'devices',
+  'DELETE /v1/devices/:token': 'devices',
 }
 
 /** The access a route needs: from the table, else `read` for GET and `write` for the rest. */

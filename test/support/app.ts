@@ -14,6 +14,7 @@ import { localStorage, runStorageMaintenance } from '../../local/storage.ts'
 import { databaseUrl } from './net.ts'
 import { nodeWebhookSender } from '../../local/webhook-sender.ts'
 import { type DrainOptions, drainWebhooks } from '../../functions/lib/webhooks.ts'
+import type { ApnsConfig, PushTransport } from '../../functions/lib/push.ts'
 
 export const JWT_SECRET = 'test-jwt-secret-that-is-long-enough-for-hs256'
 export const WORKER_SECRET = 'test-worker-secret'
@@ -51,6 +52,8 @@ export interface WorldOptions {
   storage?: { idleTimeoutMs?: number; putDeadlineMs?: number; incompleteAfterMs?: number }
   /** WEBHOOK_ALLOW_PRIVATE of the app and of the world's webhook sender. Default false, as in production. */
   webhookAllowPrivate?: boolean
+  /** The push transport and APNs configuration of POST /internal/push; unset: the route is off. */
+  push?: { transport: PushTransport; apns: ApnsConfig | null }
 }
 
 export async function startWorld(options: WorldOptions = {}) {
@@ -76,6 +79,7 @@ export async function startWorld(options: WorldOptions = {}) {
   const app = createApp({
     sql, publicUrl: 'http://api.test', jwtSecret: JWT_SECRET, upgradeUrl: 'https://todo.test/upgrade', storage, workerSecret: WORKER_SECRET,
     webhookAllowPrivate, webhookSender, webhookDrain: { scheduleMs: [200, 400, 800], giveUpAfterMs: 60_000 },
+    pushTransport: options.push?.transport, apns: options.push?.apns, pushDrain: { scheduleMs: [200], giveUpAfterMs: 60_000, jitter: 0 },
   })
   app.route('/', storage.routes)
   const baseUrl = await new Promise<string>((resolve) => {
