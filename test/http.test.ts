@@ -113,6 +113,8 @@ describe('OpenAPI and docs', () => {
       'GET /v1/conversations/{conversation_id}/messages', 'POST /v1/conversations/{conversation_id}/messages',
       'POST /v1/conversations/{conversation_id}/reading', 'POST /v1/messages/{message_id}/reactions', 'DELETE /v1/messages/{message_id}/reactions/{content}',
       'GET /v1/webhooks/subscriptions', 'POST /v1/webhooks/subscriptions', 'PATCH /v1/webhooks/subscriptions/{subscription_id}', 'DELETE /v1/webhooks/subscriptions/{subscription_id}',
+      'GET /v1/notifications', 'POST /v1/notifications/reading', 'POST /v1/notifications/mark_as_read',
+      'GET /v1/notification_preferences', 'PATCH /v1/notification_preferences/{identifier}', 'POST /v1/devices', 'DELETE /v1/devices/{token}',
     ]
     expect(documented.sort()).toEqual(expected.sort())
   })
