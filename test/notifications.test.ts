@@ -7,6 +7,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { ProviderTokens, drainPush, type PushDrainOptions } from '../functions/lib/push.ts'
 import { nodePushTransport } from '../local/push-sender.ts'
 import { generateVapidKeys } from '../local/push-sender.ts'
+import { DeviceTokenSchema, NotificationPreferenceSchema, PaginatedNotifications } from '../functions/notifications/notifications.routes.ts'
 import { WORKER_SECRET, type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
 import { browserSubscription, startApnsStandIn, startWebPushService } from './support/push.ts'
 
@@ -33,6 +34,7 @@ async function drain(options: PushDrainOptions = {}) {
 async function list(user: string, query = '') {
   const res = await world.get(`/v1/notifications${query}`, { auth: tokensOf[user] })
   expect(res.status, res.text).toBe(200)
+  PaginatedNotifications.parse(res.body)
   return res.body as { data: any[]; unread_count: number; total_count: number; has_more: boolean; after: string | null }
 }
 
@@ -300,6 +302,7 @@ describe('devices', () => {
     const first = await world.post('/v1/devices', { auth: tokensOf.carol, json: { token, platform: 'macos' } })
     expect(first.status, first.text).toBe(201)
     expect(first.body).toMatchObject({ token: token.toLowerCase(), platform: 'macos', apns_environment: 'production' })
+    DeviceTokenSchema.parse(first.body)
     expect((await world.post('/v1/devices', { auth: tokensOf.carol, json: { token, platform: 'macos' } })).status).toBe(201)
     for (const json of [{ token: 'xyz', platform: 'ios' }, { token: 'ab', platform: 'ios' }, { token, platform: 'android' }, { token, platform: 'ios', apns_environment: 'dev' }, { platform: 'ios' }]) {
       const res = await world.post('/v1/devices', { auth: tokensOf.carol, json })
@@ -337,6 +340,7 @@ describe('preferences', () => {
       'mention_comment_create', 'follow_user_create', 'follow_project_create', 'follow_request_create', 'follow_request_approve',
     ])
     expect(res.body.data.every((p: any) => p.mobile_push_enabled === true && p.name && p.description)).toBe(true)
+    for (const preference of res.body.data) NotificationPreferenceSchema.parse(preference)
     const off = await world.patch('/v1/notification_preferences/reaction_todo_create', { auth: tokensOf.carol, json: { mobile_push_enabled: false } })
     expect(off.status, off.text).toBe(200)
     expect(off.body).toMatchObject({ identifier: 'reaction_todo_create', mobile_push_enabled: false, name: 'Likes on todos' })

@@ -8,7 +8,7 @@
 //   aes128gcm) with the subscription's private key and auth secret.
 import { execFileSync } from 'node:child_process'
 import { createECDH, createPublicKey, generateKeyPairSync, randomBytes, randomUUID } from 'node:crypto'
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:http'
 import http2 from 'node:http2'
 import { tmpdir } from 'node:os'
@@ -28,16 +28,23 @@ export interface ApnsPush {
 
 export type ApnsAnswer = { status: number; reason?: string; retryAfter?: string } | 'hang'
 
-/** A self-signed certificate for 127.0.0.1 (EC P-256), PEM. */
-function selfSigned(): { key: string; cert: string } {
+/**
+ * A certificate for 127.0.0.1 (EC P-256) signed by a throwaway CA, PEM: the CA is what clients
+ * are told to trust (Deno's TLS refuses a self-signed CA certificate used as the server's own).
+ */
+function selfSigned(): { key: string; cert: string; ca: string } {
   const dir = mkdtempSync(join(tmpdir(), 'apns-cert-'))
+  const file = (name: string) => join(dir, name)
+  const openssl = (...args: string[]) => execFileSync('openssl', args, { stdio: 'ignore' })
   try {
-    execFileSync('openssl', [
-      'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1',
-      '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1,DNS:localhost',
-      '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem'),
-    ], { stdio: 'ignore' })
-    return { key: readFileSync(join(dir, 'key.pem'), 'utf8'), cert: readFileSync(join(dir, 'cert.pem'), 'utf8') }
+    openssl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1',
+      '-subj', '/CN=Test APNs CA', '-keyout', file('ca.key'), '-out', file('ca.pem'))
+    openssl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-subj', '/CN=127.0.0.1',
+      '-keyout', file('key.pem'), '-out', file('leaf.csr'))
+    writeFileSync(file('ext.cnf'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth\n')
+    openssl('x509', '-req', '-in', file('leaf.csr'), '-CA', file('ca.pem'), '-CAkey', file('ca.key'), '-CAcreateserial', '-days', '1',
+      '-extfile', file('ext.cnf'), '-out', file('cert.pem'))
+    return { key: readFileSync(file('key.pem'), 'utf8'), cert: readFileSync(file('cert.pem'), 'utf8'), ca: readFileSync(file('ca.pem'), 'utf8') }
   } finally {
     rmSync(dir, { recursive: true, force: true })
   }
@@ -107,7 +114,7 @@ export async function startApnsStandIn() {
   config.url = `https://127.0.0.1:${port}`
   return {
     config,
-    ca: tls.cert,
+    ca: tls.ca,
     pushes,
     get connections() { return connections },
     answer(fn: (push: ApnsPush, index: number) => ApnsAnswer) { answer = fn },
