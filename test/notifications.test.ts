@@ -230,6 +230,16 @@ describe('who is not notified', () => {
     expect((await list('bob')).data.some((n) => n.actor?.username === 'priv')).toBe(false)
   })
 
+  it('a todo naming many members notifies the first ten only', async () => {
+    const names = Array.from({ length: 12 }, (_, i) => `crowd${i}`)
+    for (const name of names) await world.createUser(name)
+    const todo = await postTodo('alice', `Thanks ${names.map((n) => '@' + n).join(' ')}`)
+    const rows = await world.sql<{ username: string }[]>`
+      select u.username from app.notifications n join app.users u on u.id = n.user_id
+      where n.todo_id = ${todo.id.replace('todo_', '')}::uuid and n.type = 'mention_todo_create' order by u.username`
+    expect(rows.map((r) => r.username)).toEqual(names.slice(0, 10).sort())
+  })
+
   it('un-liking hides the unread notification; liking again shows it again without a second push', async () => {
     const todo = await postTodo('dave', 'Wrote the migration guide')
     const like = await react('bob', 'Todo', todo.id)

@@ -46,7 +46,8 @@ create unique index notifications_dedupe_key on app.notifications (user_id, type
 -- Keyset pagination, newest first, of what a member sees; and the unread ones (count, badge).
 create index notifications_user_id_created_at_idx on app.notifications (user_id, created_at desc, id desc) where (not hidden);
 create index notifications_unread_idx on app.notifications (user_id) where (not read and not hidden);
-create index notifications_actor_id_idx on app.notifications (actor_id);
+-- Withdrawing a cause by actor and subject (an un-like, whoever the recipient); the actor's FK.
+create index notifications_actor_id_idx on app.notifications (actor_id, subject_id);
 create index notifications_todo_id_idx on app.notifications (todo_id) where (todo_id is not null);
 create index notifications_comment_id_idx on app.notifications (comment_id) where (comment_id is not null);
 create index notifications_project_id_idx on app.notifications (project_id) where (project_id is not null);
@@ -566,6 +567,10 @@ begin
     end if;
     return null;
   end if;
+  -- The first ten members a todo names are told; a body naming hundreds notifies no more.
+  if (select count(*) from app.todo_user_mentions m where m.todo_id = new.todo_id and m.position < new.position) >= 10 then
+    return null;
+  end if;
   select * into todo from app.todos t where t.id = new.todo_id;
   if app.can_see_member_content(todo.user_id, new.user_id) then
     select * into actor from app.users u where u.id = todo.user_id;
@@ -577,7 +582,7 @@ begin
 end;
 $$;
 comment on function app.tg_todo_user_mentions__notify() is
-  'An @mention in a todo notifies the member named when they may see the todo (mention_todo_create); an edit that removes the mention hides the unread notification (the mention rows are rewritten on every edit, and a mention kept is shown again, never pushed twice).';
+  'An @mention in a todo notifies the member named when they may see the todo (mention_todo_create; the first ten named only, so one post cannot page a crowd); an edit that removes the mention hides the unread notification (the mention rows are rewritten on every edit, and a mention kept is shown again, never pushed twice).';
 create trigger _500_notify after insert or delete on app.todo_user_mentions
   for each row execute function app.tg_todo_user_mentions__notify();
 
@@ -601,6 +606,9 @@ begin
     perform app.withdraw_notifications(old.user_id, 'mention_comment_create', comment.user_id, comment.id);
     return null;
   end if;
+  if (select count(*) from app.comment_user_mentions m where m.comment_id = new.comment_id and m.position < new.position) >= 10 then
+    return null;
+  end if;
   select * into todo from app.todos t where t.id = comment.todo_id;
   -- The todo's owner and the author replied to hear of this comment already.
   if new.user_id = todo.user_id
@@ -617,7 +625,7 @@ begin
 end;
 $$;
 comment on function app.tg_comment_user_mentions__notify() is
-  'An @mention in a comment notifies the member named when they may see the todo and the comment (mention_comment_create), unless they own the todo or wrote the comment replied to (they are told of the comment itself); an edit that removes it hides the unread notification.';
+  'An @mention in a comment notifies the member named when they may see the todo and the comment (mention_comment_create; the first ten named only), unless they own the todo or wrote the comment replied to (they are told of the comment itself); an edit that removes it hides the unread notification.';
 create trigger _500_notify after insert or delete on app.comment_user_mentions
   for each row execute function app.tg_comment_user_mentions__notify();
 

@@ -620,6 +620,9 @@ begin
     perform app.withdraw_notifications(old.user_id, 'mention_comment_create', comment.user_id, comment.id);
     return null;
   end if;
+  if (select count(*) from app.comment_user_mentions m where m.comment_id = new.comment_id and m.position < new.position) >= 10 then
+    return null;
+  end if;
   select * into todo from app.todos t where t.id = comment.todo_id;
   -- The todo's owner and the author replied to hear of this comment already.
   if new.user_id = todo.user_id
@@ -788,6 +791,10 @@ begin
     end if;
     return null;
   end if;
+  -- The first ten members a todo names are told; a body naming hundreds notifies no more.
+  if (select count(*) from app.todo_user_mentions m where m.todo_id = new.todo_id and m.position < new.position) >= 10 then
+    return null;
+  end if;
   select * into todo from app.todos t where t.id = new.todo_id;
   if app.can_see_member_content(todo.user_id, new.user_id) then
     select * into actor from app.users u where u.id = todo.user_id;
@@ -916,7 +923,7 @@ ALTER TABLE "app"."web_push_subscriptions"
 CREATE INDEX devices_user_id_idx ON app.devices USING btree (user_id, updated_at);
 
 -- index notifications_actor_id_idx on app.notifications: supabase/schemas/90_notifications.sql
-CREATE INDEX notifications_actor_id_idx ON app.notifications USING btree (actor_id);
+CREATE INDEX notifications_actor_id_idx ON app.notifications USING btree (actor_id, subject_id);
 
 -- index notifications_comment_id_idx on app.notifications: supabase/schemas/90_notifications.sql
 CREATE INDEX notifications_comment_id_idx ON app.notifications USING btree (comment_id)
@@ -1115,7 +1122,7 @@ COMMENT ON FUNCTION "app"."store_apns_provider_token"(text, text, text, interval
 COMMENT ON FUNCTION "app"."take_push_deliveries"(integer, interval) IS 'The push worker''s claim, as app.take_webhook_deliveries: up to `batch` due deliveries leased for `lease` in one statement that commits at once (sends happen outside any transaction; a worker that dies leaves them due again when the lease ends: at least once). Returns what the push needs: the target, the notification''s display fields, and the badge (the recipient''s unread count now).';
 
 -- app.tg_comment_user_mentions__notify: supabase/schemas/90_notifications.sql
-COMMENT ON FUNCTION "app"."tg_comment_user_mentions__notify"() IS 'An @mention in a comment notifies the member named when they may see the todo and the comment (mention_comment_create), unless they own the todo or wrote the comment replied to (they are told of the comment itself); an edit that removes it hides the unread notification.';
+COMMENT ON FUNCTION "app"."tg_comment_user_mentions__notify"() IS 'An @mention in a comment notifies the member named when they may see the todo and the comment (mention_comment_create; the first ten named only), unless they own the todo or wrote the comment replied to (they are told of the comment itself); an edit that removes it hides the unread notification.';
 
 -- app.tg_comments__notify: supabase/schemas/90_notifications.sql
 COMMENT ON FUNCTION "app"."tg_comments__notify"() IS 'A new comment notifies the todo''s owner (comment_todo_create) and, for a reply, the parent comment''s author when they may still see the todo and the reply (comment_comment_create; an owner replied to is told once, as the reply).';
@@ -1130,7 +1137,7 @@ COMMENT ON FUNCTION "app"."tg_project_follows__notify"() IS 'A project follow no
 COMMENT ON FUNCTION "app"."tg_reactions__notify"() IS 'A like notifies the todo''s owner (reaction_todo_create) or the comment''s author (reaction_comment_create, when they may see the todo and the liker''s activity); an un-like hides the unread notification, and liking again shows it again without a second push (app.notify''s key).';
 
 -- app.tg_todo_user_mentions__notify: supabase/schemas/90_notifications.sql
-COMMENT ON FUNCTION "app"."tg_todo_user_mentions__notify"() IS 'An @mention in a todo notifies the member named when they may see the todo (mention_todo_create); an edit that removes the mention hides the unread notification (the mention rows are rewritten on every edit, and a mention kept is shown again, never pushed twice).';
+COMMENT ON FUNCTION "app"."tg_todo_user_mentions__notify"() IS 'An @mention in a todo notifies the member named when they may see the todo (mention_todo_create; the first ten named only, so one post cannot page a crowd); an edit that removes the mention hides the unread notification (the mention rows are rewritten on every edit, and a mention kept is shown again, never pushed twice).';
 
 -- app.tg_user_follow_requests__notify: supabase/schemas/90_notifications.sql
 COMMENT ON FUNCTION "app"."tg_user_follow_requests__notify"() IS 'A request to follow a protected member notifies them (follow_request_create; not when they muted the requester); an answered or withdrawn request hides the unread notification.';
