@@ -226,7 +226,7 @@ comment on function app.notification_name(app.users) is
   'Inlined (no SET clause, no table access). How a notification''s title names a member: their name when they gave one, else their username.';
 grant execute on function app.notification_name(app.users) to authenticated, service_role;
 
-create function app.notification_json(n app.notifications, actor app.users, todo_number bigint, base_url text)
+create function app.notification_json(n app.notifications, actor app.users, base_url text)
 returns jsonb
 language sql
 stable
@@ -243,14 +243,14 @@ as $$
     'actor', case when actor.id is not null then app.mentioned_user_json_body(actor, base_url) end,
     'todo_id', case when n.todo_id is not null then app.to_public_id('todo', n.todo_id) end)
 $$;
-comment on function app.notification_json(app.notifications, app.users, bigint, text) is
+comment on function app.notification_json(app.notifications, app.users, text) is
   'Inlined (no SET clause, no table access). A Notification as SPEC renders it: the stored display fields and the actor as a MentionedUser.';
-grant execute on function app.notification_json(app.notifications, app.users, bigint, text) to authenticated, service_role;
+grant execute on function app.notification_json(app.notifications, app.users, text) to authenticated, service_role;
 
 create function app.notification_preference_json(identifier text, name text, description text, enabled boolean)
 returns jsonb
 language sql
-immutable
+stable
 as $$
   select jsonb_build_object('identifier', identifier, 'name', name, 'description', description, 'mobile_push_enabled', coalesce(enabled, true))
 $$;
@@ -307,7 +307,7 @@ grant execute on function app.register_device(text, text, text) to authenticated
 create function app.device_json(d app.devices)
 returns jsonb
 language sql
-immutable
+stable
 as $$
   select jsonb_build_object('token', d.token, 'platform', d.platform, 'apns_environment', d.apns_environment, 'created_at', d.created_at)
 $$;
@@ -788,7 +788,7 @@ begin
   has_more := cardinality(page) > page_limit;
   page := page[1:page_limit];
   return app.page_envelope(
-    (select jsonb_agg(app.notification_json(n, u, null, base_url) order by array_position(page, n.id))
+    (select jsonb_agg(app.notification_json(n, u, base_url) order by array_position(page, n.id))
      from app.notifications n left join app.users u on u.id = n.actor_id
      where n.id = any (page)),
     has_more,

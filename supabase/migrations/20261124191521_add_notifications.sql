@@ -246,7 +246,7 @@ begin
   has_more := cardinality(page) > page_limit;
   page := page[1:page_limit];
   return app.page_envelope(
-    (select jsonb_agg(app.notification_json(n, u, null, base_url) order by array_position(page, n.id))
+    (select jsonb_agg(app.notification_json(n, u, base_url) order by array_position(page, n.id))
      from app.notifications n left join app.users u on u.id = n.actor_id
      where n.id = any (page)),
     has_more,
@@ -272,7 +272,7 @@ CREATE OR REPLACE FUNCTION app.device_json (
 )
   RETURNS jsonb
   LANGUAGE sql
-  IMMUTABLE
+  STABLE
   AS $function$
   select jsonb_build_object('token', d.token, 'platform', d.platform, 'apns_environment', d.apns_environment, 'created_at', d.created_at)
 $function$;
@@ -303,10 +303,9 @@ $function$;
 
 -- app.notification_json: supabase/schemas/90_notifications.sql
 CREATE OR REPLACE FUNCTION app.notification_json (
-  n           app.notifications,
-  actor       app.users,
-  todo_number bigint,
-  base_url    text
+  n        app.notifications,
+  actor    app.users,
+  base_url text
 )
   RETURNS jsonb
   LANGUAGE sql
@@ -345,7 +344,7 @@ CREATE OR REPLACE FUNCTION app.notification_preference_json (
 )
   RETURNS jsonb
   LANGUAGE sql
-  IMMUTABLE
+  STABLE
   AS $function$
   select jsonb_build_object('identifier', identifier, 'name', name, 'description', description, 'mobile_push_enabled', coalesce(enabled, true))
 $function$;
@@ -1092,7 +1091,7 @@ COMMENT ON FUNCTION "app"."my_unread_notifications"() IS 'The member''s unread n
 COMMENT ON FUNCTION "app"."notification_excerpt"(text) IS 'Inlined (no SET clause, no table access). The supporting text of a notification: the body it is about, at most 200 characters (a push alert shows less, and the full text is a tap away), null when empty.';
 
 -- app.notification_json: supabase/schemas/90_notifications.sql
-COMMENT ON FUNCTION "app"."notification_json"(app.notifications, app.users, bigint, text) IS 'Inlined (no SET clause, no table access). A Notification as SPEC renders it: the stored display fields and the actor as a MentionedUser.';
+COMMENT ON FUNCTION "app"."notification_json"(app.notifications, app.users, text) IS 'Inlined (no SET clause, no table access). A Notification as SPEC renders it: the stored display fields and the actor as a MentionedUser.';
 
 -- app.notification_name: supabase/schemas/90_notifications.sql
 COMMENT ON FUNCTION "app"."notification_name"(app.users) IS 'Inlined (no SET clause, no table access). How a notification''s title names a member: their name when they gave one, else their username.';
@@ -1221,10 +1220,10 @@ REVOKE ALL ON FUNCTION "app"."notification_excerpt"(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION "app"."notification_excerpt"(text) TO "authenticated", "postgres", "service_role";
 
 -- app.notification_json: supabase/schemas/90_notifications.sql
-REVOKE ALL ON FUNCTION "app"."notification_json"(app.notifications, app.users, bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION "app"."notification_json"(app.notifications, app.users, text) FROM PUBLIC;
 
 -- app.notification_json: supabase/schemas/90_notifications.sql
-GRANT EXECUTE ON FUNCTION "app"."notification_json"(app.notifications, app.users, bigint, text) TO "authenticated", "postgres", "service_role";
+GRANT EXECUTE ON FUNCTION "app"."notification_json"(app.notifications, app.users, text) TO "authenticated", "postgres", "service_role";
 
 -- app.notification_name: supabase/schemas/90_notifications.sql
 REVOKE ALL ON FUNCTION "app"."notification_name"(app.users) FROM PUBLIC;
