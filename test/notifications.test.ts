@@ -7,6 +7,10 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { ProviderTokens, drainPush, type PushDrainOptions } from '../functions/lib/push.ts'
 import { nodePushTransport } from '../local/push-sender.ts'
 import { generateVapidKeys } from '../local/push-sender.ts'
+import { vapidFrom } from '../local/config.ts'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { DeviceTokenSchema, NotificationPreferenceSchema, PaginatedNotifications } from '../functions/notifications/notifications.routes.ts'
 import { WORKER_SECRET, type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
 import { browserSubscription, startApnsStandIn, startWebPushService } from './support/push.ts'
@@ -473,5 +477,27 @@ describe('Web Push', () => {
     await comment('dave', todo.id, 'Browser gone')
     expect((await drain()).unregistered).toBe(1)
     expect((await world.sql`select 1 from app.web_push_subscriptions where id = ${added.id}`).length).toBe(0)
+  })
+})
+
+describe('VAPID keys', () => {
+  it('are generated into DATA_DIR on first start and the same afterwards, unless the environment names them', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'vapid-'))
+    try {
+      const first = vapidFrom({}, dir)
+      expect(first.publicKey).toMatch(/^[A-Za-z0-9_-]{87}$/)
+      expect(first.subject).toMatch(/^mailto:/)
+      expect(vapidFrom({}, dir)).toEqual(first)
+      const stored = JSON.parse(readFileSync(join(dir, 'secrets.json'), 'utf8'))
+      expect(stored).toMatchObject({ vapidPublicKey: first.publicKey, vapidPrivateKey: first.privateKey })
+      expect(stored.jwtSecret).toBeTruthy()
+      const given = generateVapidKeys()
+      expect(vapidFrom({ VAPID_PUBLIC_KEY: given.publicKey, VAPID_PRIVATE_KEY: given.privateKey, VAPID_SUBJECT: 'https://todo.test' }, dir))
+        .toEqual({ ...given, subject: 'https://todo.test' })
+      expect(() => vapidFrom({ VAPID_PUBLIC_KEY: given.publicKey }, dir)).toThrow(/both/)
+      expect(() => vapidFrom({ VAPID_SUBJECT: 'ops@todo.test' }, dir)).toThrow(/VAPID_SUBJECT/)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 })
