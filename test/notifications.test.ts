@@ -370,6 +370,13 @@ describe('preferences', () => {
     // The like is listed, but only the comment is pushed.
     expect((await list('carol')).data.slice(0, 2).map((n) => n.type)).toEqual(['comment_todo_create', 'reaction_todo_create'])
     expect(pushesTo('carol', from).map((p) => p.payload.type)).toEqual(['comment_todo_create'])
+
+    // Turned off after the push was queued: it is dropped unsent.
+    await comment('dave', todo.id, 'Queued before the switch')
+    expect((await world.patch('/v1/notification_preferences/comment_todo_create', { auth: tokensOf.carol, json: { mobile_push_enabled: false } })).status).toBe(200)
+    expect(await drain()).toMatchObject({ dropped: 1, delivered: 0 })
+    expect(pushesTo('carol', from)).toHaveLength(1)
+    expect((await world.patch('/v1/notification_preferences/comment_todo_create', { auth: tokensOf.carol, json: { mobile_push_enabled: true } })).body).toMatchObject({ mobile_push_enabled: true })
   })
 })
 

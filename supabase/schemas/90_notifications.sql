@@ -337,7 +337,10 @@ as $$
   )
   select l.id, l.device_token, dv.apns_environment, w.endpoint, w.p256dh, w.auth,
          app.to_public_id('notif', n.id), n.type, n.title, n.text, n.url,
-         case when n.todo_id is not null then app.to_public_id('todo', n.todo_id) end, n.hidden,
+         case when n.todo_id is not null then app.to_public_id('todo', n.todo_id) end,
+         -- Dropped unsent: withdrawn meanwhile, or its type's mobile push turned off since.
+         n.hidden or (l.device_token is not null and exists (
+           select 1 from app.notification_preferences p where p.user_id = n.user_id and p.type = n.type and not p.mobile_push_enabled)),
          (select count(*)::integer from app.notifications u where u.user_id = n.user_id and not u.read and not u.hidden),
          l.attempts, l.first_attempt_at
   from leased l
@@ -346,7 +349,7 @@ as $$
   left join app.web_push_subscriptions w on w.id = l.web_subscription_id
 $$;
 comment on function app.take_push_deliveries(integer, interval) is
-  'The push worker''s claim, as app.take_webhook_deliveries: up to `batch` due deliveries leased for `lease` in one statement that commits at once (sends happen outside any transaction; a worker that dies leaves them due again when the lease ends: at least once). Returns what the push needs: the target, the notification''s display fields, and the badge (the recipient''s unread count now).';
+  'The push worker''s claim, as app.take_webhook_deliveries: up to `batch` due deliveries leased for `lease` in one statement that commits at once (sends happen outside any transaction; a worker that dies leaves them due again when the lease ends: at least once). Returns what the push needs: the target, the notification''s display fields, the badge (the recipient''s unread count now), and hidden: true when the push is to be dropped unsent (the notification was withdrawn, or the recipient turned its type''s mobile push off after it was queued).';
 
 create function app.record_push_attempt(delivery bigint, outcome text, response_status integer, error text, retry_at timestamptz)
 returns void

@@ -590,7 +590,10 @@ CREATE OR REPLACE FUNCTION app.take_push_deliveries (
   )
   select l.id, l.device_token, dv.apns_environment, w.endpoint, w.p256dh, w.auth,
          app.to_public_id('notif', n.id), n.type, n.title, n.text, n.url,
-         case when n.todo_id is not null then app.to_public_id('todo', n.todo_id) end, n.hidden,
+         case when n.todo_id is not null then app.to_public_id('todo', n.todo_id) end,
+         -- Dropped unsent: withdrawn meanwhile, or its type's mobile push turned off since.
+         n.hidden or (l.device_token is not null and exists (
+           select 1 from app.notification_preferences p where p.user_id = n.user_id and p.type = n.type and not p.mobile_push_enabled)),
          (select count(*)::integer from app.notifications u where u.user_id = n.user_id and not u.read and not u.hidden),
          l.attempts, l.first_attempt_at
   from leased l
@@ -1118,7 +1121,7 @@ COMMENT ON FUNCTION "app"."schedule_push_worker"() IS 'Schedules the Supabase Cr
 COMMENT ON FUNCTION "app"."store_apns_provider_token"(text, text, text, interval) IS 'Offers a freshly signed provider token and returns the one to use: the offer when none is stored or the stored one is older than refresh_after, else the stored one (another worker refreshed first). So however many workers run, the token changes at most once per refresh_after (Apple: not more often than every 20 minutes, 429 TooManyProviderTokenUpdates).';
 
 -- app.take_push_deliveries: supabase/schemas/90_notifications.sql
-COMMENT ON FUNCTION "app"."take_push_deliveries"(integer, interval) IS 'The push worker''s claim, as app.take_webhook_deliveries: up to `batch` due deliveries leased for `lease` in one statement that commits at once (sends happen outside any transaction; a worker that dies leaves them due again when the lease ends: at least once). Returns what the push needs: the target, the notification''s display fields, and the badge (the recipient''s unread count now).';
+COMMENT ON FUNCTION "app"."take_push_deliveries"(integer, interval) IS 'The push worker''s claim, as app.take_webhook_deliveries: up to `batch` due deliveries leased for `lease` in one statement that commits at once (sends happen outside any transaction; a worker that dies leaves them due again when the lease ends: at least once). Returns what the push needs: the target, the notification''s display fields, the badge (the recipient''s unread count now), and hidden: true when the push is to be dropped unsent (the notification was withdrawn, or the recipient turned its type''s mobile push off after it was queued).';
 
 -- app.tg_comment_user_mentions__notify: supabase/schemas/90_notifications.sql
 COMMENT ON FUNCTION "app"."tg_comment_user_mentions__notify"() IS 'An @mention in a comment notifies the member named when they may see the todo and the comment (mention_comment_create; the first ten named only), unless they own the todo or wrote the comment replied to (they are told of the comment itself); an edit that removes it hides the unread notification.';
