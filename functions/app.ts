@@ -29,6 +29,8 @@ import { compression, conditionalGet } from './lib/encoding.ts'
 import { observe } from './lib/observe.ts'
 import { images } from './web/images.ts'
 import { docs, web } from './web/pages.ts'
+import { notifications } from './notifications/notifications.ts'
+import { ProviderTokens, drainPush } from './lib/push.ts'
 
 export type { AppDeps } from './lib/context.ts'
 
@@ -109,6 +111,7 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
   // The OAuth authorization server: RFC forms and errors, not the /v1 contract (no credentials middleware).
   app.route('/', oauth)
   documentOAuth(app)
+  app.route('/', notifications)
 
   app.doc31('/v1/openapi.json', {
     openapi: '3.1.0',
@@ -153,6 +156,16 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
   app.route('/', docs(basePath))
   app.route('/', images)
   app.route('/', web)
+  // The push worker, for pg_cron + pg_net on Supabase every few seconds (npm start runs it on a
+  // timer). The provider token is shared through the database, so every invocation reuses it.
+  const providerTokens = deps.apns ? new ProviderTokens(deps.sql, deps.apns) : null
+  app.post('/internal/push', async (c) => {
+    const presented = c.req.header('authorization')?.replace(/^Bearer\s+/i, '') ?? ''
+    if (!deps.workerSecret || !deps.pushTransport || !sameSecret(presented, deps.workerSecret)) return c.json({ error: 'No route matches POST /internal/push.' }, 404)
+    const apns = deps.apns && providerTokens ? { config: deps.apns, tokens: providerTokens } : null
+    return c.json(await drainPush(deps.sql, deps.pushTransport, apns, { budgetMs: 60_000, ...deps.pushDrain }), 200)
+  })
+
 
   // Unknown routes are 404 and known paths with another method 405, both as JSON.
   const patterns = () => app.routes.filter((r) => r.method !== 'ALL').map((r) => ({ method: r.method, pattern: patternOf(r.path) }))

@@ -318,6 +318,39 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
     },
   },
 
+  'add-web-push-subscription': {
+    options: { user: { type: 'string' }, endpoint: { type: 'string' }, p256dh: { type: 'string' }, auth: { type: 'string' } },
+    run: async (ctx, o) => {
+      const user = await findUser(ctx.sql, required(o, 'user'))
+      const endpoint = required(o, 'endpoint')
+      const p256dh = required(o, 'p256dh')
+      const auth = required(o, 'auth')
+      let url: URL
+      try {
+        url = new URL(endpoint)
+      } catch {
+        throw new AdminError('--endpoint must be an absolute URL (the PushSubscription endpoint)')
+      }
+      if (url.protocol !== 'https:' && url.protocol !== 'http:') throw new AdminError('--endpoint must be an https URL')
+      // keys.p256dh: the browser's P-256 public key (65 bytes, uncompressed); keys.auth: 16 bytes.
+      const bytes = (value: string) => /^[A-Za-z0-9_-]+={0,2}$/.test(value) ? Buffer.from(value, 'base64url').length : -1
+      if (bytes(p256dh) !== 65) throw new AdminError('--p256dh must be the subscription\'s keys.p256dh (base64url, 65 bytes)')
+      if (bytes(auth) !== 16) throw new AdminError('--auth must be the subscription\'s keys.auth (base64url, 16 bytes)')
+      // An endpoint belongs to one account: subscribing it again (another account signed in on
+      // that browser) moves it, and what was queued for the previous account is dropped.
+      const [row] = await ctx.sql.begin(async (tx) => {
+        await tx`delete from app.push_deliveries d using app.web_push_subscriptions w
+                 where d.web_subscription_id = w.id and w.endpoint = ${url.href} and w.user_id <> ${user.id}`
+        return await tx<{ id: string; created_at: Date }[]>`
+          insert into app.web_push_subscriptions (user_id, endpoint, p256dh, auth)
+          values (${user.id}, ${url.href}, ${p256dh}, ${auth})
+          on conflict (endpoint) do update set user_id = excluded.user_id, p256dh = excluded.p256dh, auth = excluded.auth
+          returning id, created_at`.catch(friendly)
+      })
+      return { id: row!.id, user: user.username, endpoint: url.href, created_at: row!.created_at.toISOString() }
+    },
+  },
+
   'revoke-token': {
     options: { jti: { type: 'string' }, token: { type: 'string' } },
     run: async (ctx, o) => {

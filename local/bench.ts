@@ -26,6 +26,10 @@
 //   --webhooks            only the webhook section (its own scratch database, no data set: about
 //                         a minute): POST /v1/todos with 0 and 3 subscriptions, delivery
 //                         throughput, POST-to-delivery latency (local/bench/webhooks.ts)
+//   --skip-notifications  no notification measurement
+//   --notifications       only the notification section (its own scratch database): POST
+//                         /v1/comments and /v1/reactions with and without the notification
+//                         triggers, push throughput to a local APNs stand-in (local/bench/notifications.ts)
 //   --reseed              seed again even when the data set is up to date
 //   --profile             no load: EXPLAIN (ANALYZE, BUFFERS) of every endpoint's SQL, nested
 //                         statements included, written to DATA_DIR/bench/profile-<timestamp>.txt
@@ -44,6 +48,7 @@ import { runHttp, runSql, type HttpRequest, type Measurement } from './bench/loa
 import { type ChatLatency, measureChatLatency } from './bench/chat.ts'
 import { profile } from './bench/profile.ts'
 import { type WebhookBench, measureWebhooks } from './bench/webhooks.ts'
+import { type NotificationBench, measureNotifications } from './bench/notifications.ts'
 import { progressBar } from './bench/progress.ts'
 import { FIXTURE_FORMAT, readFixture, refreshFixture, seedDatabase, writeFixtureFile, type Fixture, type SeedOptions } from './bench/seed-data.ts'
 import { deriveSubset, isSubsetOf } from './bench/subset.ts'
@@ -73,6 +78,8 @@ interface Options {
   skipChat: boolean
   skipWebhooks: boolean
   webhooksOnly: boolean
+  skipNotifications: boolean
+  notificationsOnly: boolean
 }
 
 function parseOptions(argv: string[]): Options {
@@ -83,6 +90,7 @@ function parseOptions(argv: string[]): Options {
       warmup: { type: 'string' }, connections: { type: 'string' }, pool: { type: 'string' },
       only: { type: 'string', multiple: true }, targets: { type: 'string' }, 'skip-scale': { type: 'boolean' }, 'skip-chat': { type: 'boolean' },
       'skip-webhooks': { type: 'boolean' }, webhooks: { type: 'boolean' },
+      'skip-notifications': { type: 'boolean' }, notifications: { type: 'boolean' },
       reseed: { type: 'boolean' }, profile: { type: 'boolean' },
     },
     strict: true,
@@ -113,6 +121,8 @@ function parseOptions(argv: string[]): Options {
     skipChat: Boolean(values['skip-chat']),
     skipWebhooks: Boolean(values['skip-webhooks']),
     webhooksOnly: Boolean(values.webhooks),
+    skipNotifications: Boolean(values['skip-notifications']),
+    notificationsOnly: Boolean(values.notifications),
   }
 }
 
@@ -505,10 +515,18 @@ function printWebhooks(w: WebhookBench, load: number): void {
   out(`  POST → delivery when idle (${w.latency.deliveries} deliveries): p50 ${w.latency.p50} ms, p99 ${w.latency.p99} ms, max ${w.latency.max} ms`)
 }
 
-async function writeResults(config: Config, started: Date, body: object): Promise<void> {
+function printNotifications(n: NotificationBench, load: number): void {
+  const out = (line: string) => process.stdout.write(`${line}\n`)
+  out(`\nNotifications (${n.connections} connections, ${n.rounds} interleaved rounds of ${n.seconds}s, median round; load average at start ${load.toFixed(2)}):`)
+  for (const p of n.post) out(`  ${p.endpoint}, ${p.scenario}: ${p.rps} req/s, p50 ${p.p50} ms, p99 ${p.p99} ms, ${p.errors} errors`)
+  for (const [endpoint, ratio] of Object.entries(n.slowdown)) out(`  ${endpoint}: triggers cost ${ratio}× (target ≤ 1.15×)`)
+  out(`  push throughput to a local APNs stand-in (HTTP/2, ${n.push.connections} connection(s)): ${n.push.pushes} pushes in ${n.push.seconds} s = ${n.push.per_second}/s`)
+}
+
+async function writeResults(config: Config, started: Date, body: object, name = 'webhooks'): Promise<void> {
   const dir = resolve(config.dataDir, 'bench')
   await mkdir(dir, { recursive: true })
-  const file = resolve(dir, `${started.toISOString().replace(/[:.]/g, '-')}-webhooks.json`)
+  const file = resolve(dir, `${started.toISOString().replace(/[:.]/g, '-')}-${name}.json`)
   await writeFile(file, JSON.stringify({ started_at: started.toISOString(), finished_at: new Date().toISOString(), ...body }, null, 2) + '\n')
   process.stdout.write(`\nResults written to ${file}\n`)
 }
@@ -522,6 +540,12 @@ async function main(): Promise<number> {
   const server = await openServer(config)
   const benches: Bench[] = []
   try {
+    if (options.notificationsOnly) {
+      const notifications = await measureNotifications({ serverUrl: server.url, jwtSecret: config.jwtSecret, connections: options.connections, seconds: options.duration === 10 ? 5 : options.duration, log })
+      printNotifications(notifications, load)
+      await writeResults(config, started, { load_average_at_start: load, notifications }, 'notifications')
+      return 0
+    }
     if (options.webhooksOnly) {
       const webhooks = await measureWebhooks({ serverUrl: server.url, jwtSecret: config.jwtSecret, connections: options.connections, log })
       printWebhooks(webhooks, load)
@@ -590,6 +614,11 @@ async function main(): Promise<number> {
       log('Measuring webhooks (a scratch database of their own)…')
       webhooks = await measureWebhooks({ serverUrl: server.url, jwtSecret: config.jwtSecret, connections: options.connections, log })
     }
+    let notifications: NotificationBench | null = null
+    if (!options.skipNotifications) {
+      log('Measuring notifications (a scratch database of their own)…')
+      notifications = await measureNotifications({ serverUrl: server.url, jwtSecret: config.jwtSecret, connections: options.connections, log })
+    }
 
     const ratios = ratiosOf(results, endpoints)
     const admin = postgres(large.url, { max: 1, onnotice: () => {} })
@@ -611,6 +640,7 @@ async function main(): Promise<number> {
     }
 
     if (webhooks) printWebhooks(webhooks, load)
+    if (notifications) printNotifications(notifications, load)
 
     const dir = resolve(config.dataDir, 'bench')
     await mkdir(dir, { recursive: true })
@@ -634,6 +664,7 @@ async function main(): Promise<number> {
       postgrest: postgrestNote ?? (postgrest ? `measured (${postgrest})` : 'not requested'),
       results,
       ratios,
+      notifications,
       chat,
       webhooks,
     }, null, 2) + '\n')

@@ -3,7 +3,9 @@ import { readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { availableParallelism } from 'node:os'
 import { join, resolve } from 'node:path'
 import { statementTimeoutFrom } from '../functions/lib/sql.ts'
-import { loadSecrets } from './secrets.ts'
+import { type ApnsConfig, apnsConfigFrom } from '../functions/lib/push.ts'
+import { generateVapidKeys, type VapidKeys } from './push-sender.ts'
+import { loadSecrets, loadVapidKeys } from './secrets.ts'
 
 export interface Config {
   host: string
@@ -22,6 +24,10 @@ export interface Config {
   statementTimeoutMs: number
   /** WEBHOOK_ALLOW_PRIVATE=1: webhooks may target http and loopback/private addresses (tests, local use). */
   webhookAllowPrivate: boolean
+  /** APNS_KEY_ID, APNS_TEAM_ID, APNS_PRIVATE_KEY, APNS_TOPIC (and APNS_URL); null: APNs pushes are not sent. */
+  apns: ApnsConfig | null
+  /** Web Push VAPID keys: VAPID_PUBLIC_KEY/VAPID_PRIVATE_KEY/VAPID_SUBJECT, or generated into DATA_DIR. */
+  vapid: VapidKeys
 }
 
 function integer(name: string, value: string | undefined, fallback: number): number {
@@ -50,6 +56,8 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): Config {
     upgradeUrl: env.UPGRADE_URL || `${publicUrl}/upgrade`,
     statementTimeoutMs: statementTimeoutFrom(env.STATEMENT_TIMEOUT_MS),
     webhookAllowPrivate: webhookAllowPrivateFrom(env.WEBHOOK_ALLOW_PRIVATE),
+    apns: apnsConfigFrom((name) => env[name]),
+    vapid: vapidFrom(env, dataDir),
   }
 }
 
@@ -108,4 +116,15 @@ export function readCliConfig(env: NodeJS.ProcessEnv = process.env): Config {
   } catch {
     return config
   }
+}
+
+/** VAPID keys from the environment (both keys, or neither), else DATA_DIR's generated pair. */
+export function vapidFrom(env: NodeJS.ProcessEnv, dataDir: string): VapidKeys {
+  const subject = env.VAPID_SUBJECT || 'mailto:push@todo-sharing.invalid'
+  if (!/^(mailto:|https:\/\/)/.test(subject)) throw new Error(`VAPID_SUBJECT must be a mailto: or https: URL, got ${JSON.stringify(subject)}`)
+  if (env.VAPID_PUBLIC_KEY || env.VAPID_PRIVATE_KEY) {
+    if (!env.VAPID_PUBLIC_KEY || !env.VAPID_PRIVATE_KEY) throw new Error('Set both VAPID_PUBLIC_KEY and VAPID_PRIVATE_KEY, or neither (generated into DATA_DIR).')
+    return { publicKey: env.VAPID_PUBLIC_KEY, privateKey: env.VAPID_PRIVATE_KEY, subject }
+  }
+  return { ...loadVapidKeys(dataDir, generateVapidKeys), subject }
 }

@@ -13,6 +13,8 @@ import { runWebhookWorker } from './webhook-runner.ts'
 import { runExportWorker } from './export-runner.ts'
 import { nodeWebhookSender } from './webhook-sender.ts'
 import { nodeBrotli, nodeDocsScript } from './node-http.ts'
+import { runPushWorker } from './push-runner.ts'
+import { nodePushTransport } from './push-sender.ts'
 
 const config = readConfig()
 const database = await openDatabase(config)
@@ -45,6 +47,10 @@ const webhookWorker = runWebhookWorker(webhookSql, webhookSender, { drain: { lan
 // its own: an archive of a large account takes a while, which must not hold the API's connections.
 const exportSql = createSql(database.url, { max: 1 })
 const exportWorker = runExportWorker(exportSql, storage, { publicUrl: config.publicUrl })
+// The push worker (APNs and Web Push), every second, on connections of its own.
+const pushSql = createSql(database.url, { max: 2 })
+const pushTransport = nodePushTransport({ vapid: config.vapid, allowPrivate: config.webhookAllowPrivate })
+const pushWorker = runPushWorker(pushSql, pushTransport, config.apns)
 const realtime = await startRealtimeGateway({ databaseUrl: database.url, jwtSecret: config.jwtSecret, privateOnly: true })
 let stopping = false
 // Once stopping, a request on a kept-alive connection is refused (503) instead of started.
@@ -90,11 +96,14 @@ async function shutdown(signal: string) {
   if (!drained) (server as import('node:http').Server).closeAllConnections?.()
   console.log(drained ? `requests finished (${Date.now() - began} ms)` : `requests still open after ${DRAIN_MS} ms were cut`)
   await webhookWorker.stop()
+  await pushWorker.stop()
   await exportWorker.stop()
   await sql.end({ timeout: 5 })
   await webhookSql.end({ timeout: 5 })
   await exportSql.end({ timeout: 5 })
+  await pushSql.end({ timeout: 5 })
   await webhookSender.close()
+  await pushTransport.close?.()
   console.log(`database pool closed (${Date.now() - began} ms)`)
   await database.stop()
   console.log(`stopped (${Date.now() - began} ms)`)

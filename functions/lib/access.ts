@@ -29,6 +29,14 @@ const ROUTE_ACCESS: Record<string, Access> = {
   'GET /v1/exports/:export_id': 'write',
   // The billing scope's endpoint: any API key, or a token with `billing` (also for a lapsed account).
   'GET /v1/billing': 'billing',
+  // Notifications: OAuth with scope notifications (API keys 403); devices also first-party only.
+  'GET /v1/notifications': 'notifications',
+  'POST /v1/notifications/reading': 'notifications',
+  'POST /v1/notifications/mark_as_read': 'notifications',
+  'GET /v1/notification_preferences': 'notifications',
+  'PATCH /v1/notification_preferences/:identifier': 'notifications',
+  'POST /v1/devices': 'devices',
+  'DELETE /v1/devices/:token': 'devices',
 }
 
 /** The access a route needs: from the table, else `read` for GET and `write` for the rest. */

@@ -4,6 +4,7 @@ import type { Sql } from 'postgres'
 import type { Credential } from './db.ts'
 import type { FileStorage } from './storage.ts'
 import type { DrainOptions, WebhookSender } from './webhooks.ts'
+import type { ApnsConfig, PushDrainOptions, PushTransport } from './push.ts'
 
 export interface AppDeps {
   /** postgres.js client; on Supabase, created once at module scope with prepare: false. */
@@ -24,6 +25,12 @@ export interface AppDeps {
   webhookSender?: WebhookSender
   /** Batch, lanes and budget of one POST /internal/webhooks. */
   webhookDrain?: DrainOptions
+  /** How POST /internal/push sends (the platform's transport); unset: the route is off. */
+  pushTransport?: PushTransport
+  /** APNs configuration (APNS_*); null or unset: device pushes are marked failed, web pushes still go. */
+  apns?: ApnsConfig | null
+  /** Batch, lanes and budget of one POST /internal/push. */
+  pushDrain?: PushDrainOptions
   /** Called after POST /v1/todos created a todo: npm start wakes its in-process webhook worker. */
   onTodoCreated?: () => void
   /** Called after POST /v1/exports asked for an export: npm start wakes its in-process export worker. */

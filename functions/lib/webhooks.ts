@@ -19,7 +19,8 @@ import type { Sql } from 'postgres'
 export interface OutgoingWebhook {
   url: string
   headers: Record<string, string>
-  body: string
+  /** A webhook's JSON; bytes for an encrypted Web Push message (local/push-sender.ts sends through the same vetted client). */
+  body: string | Uint8Array
   /** The whole exchange, connect to last header, must finish within this. */
   timeoutMs: number
 }

@@ -16,6 +16,7 @@ import { nodeWebhookSender } from '../../local/webhook-sender.ts'
 import { type DrainOptions, drainWebhooks } from '../../functions/lib/webhooks.ts'
 import { type ExportOptions, runExports } from '../../functions/lib/exports.ts'
 import { nodeBrotli, nodeDocsScript } from '../../local/node-http.ts'
+import type { ApnsConfig, PushTransport } from '../../functions/lib/push.ts'
 
 export const JWT_SECRET = 'test-jwt-secret-that-is-long-enough-for-hs256'
 export const WORKER_SECRET = 'test-worker-secret'
@@ -55,6 +56,8 @@ export interface WorldOptions {
   webhookAllowPrivate?: boolean
   /** WEB_URL of the app (base of web url fields); default the public URL, http://api.test. */
   webUrl?: string
+  /** The push transport and APNs configuration of POST /internal/push; unset: the route is off. */
+  push?: { transport: PushTransport; apns: ApnsConfig | null }
 }
 
 export async function startWorld(options: WorldOptions = {}) {
@@ -82,6 +85,7 @@ export async function startWorld(options: WorldOptions = {}) {
     sql, publicUrl: 'http://api.test', jwtSecret: JWT_SECRET, upgradeUrl: 'https://todo.test/upgrade', storage, workerSecret: WORKER_SECRET,
     webhookAllowPrivate, webhookSender, webhookDrain: { scheduleMs: [200, 400, 800], giveUpAfterMs: 60_000 },
     webUrl: options.webUrl, brotli: nodeBrotli, docsScript: nodeDocsScript, accessLog: (line) => accessLog.push(line),
+    pushTransport: options.push?.transport, apns: options.push?.apns, pushDrain: { scheduleMs: [200], giveUpAfterMs: 60_000, jitter: 0 },
   })
   app.route('/', storage.routes)
   const baseUrl = await new Promise<string>((resolve) => {

@@ -4,6 +4,8 @@ import { createApp } from '../../../functions/app.ts'
 import { createSql, statementTimeoutFrom } from '../../../functions/lib/sql.ts'
 import { supabaseStorage } from '../../../functions/lib/supabase-storage.ts'
 import { denoWebhookSender } from './webhook-sender.ts'
+import { apnsConfigFrom } from '../../../functions/lib/push.ts'
+import { denoPushTransport } from './push-sender.ts'
 
 function env(name: string): string | undefined {
   const value = Deno.env.get(name)
@@ -61,11 +63,24 @@ const workerSecret = env('WORKER_SECRET')
 const webhookAllowPrivate = env('WEBHOOK_ALLOW_PRIVATE') === '1'
 const webhookSender = denoWebhookSender({ allowPrivate: webhookAllowPrivate })
 
+// Supabase Cron calls POST /api/internal/push every 5 seconds with the same secret (docs/deploy.md).
+// APNs from APNS_KEY_ID, APNS_TEAM_ID, APNS_PRIVATE_KEY, APNS_TOPIC (APNS_URL for tests); Web Push
+// from VAPID_PUBLIC_KEY, VAPID_PRIVATE_KEY, VAPID_SUBJECT (an edge function has no disk to keep
+// generated keys on: set the pair npm start generated, or `npx web-push generate-vapid-keys`).
+const apns = apnsConfigFrom(env)
+const vapidPublicKey = env('VAPID_PUBLIC_KEY')
+const vapidPrivateKey = env('VAPID_PRIVATE_KEY')
+const vapid = vapidPublicKey && vapidPrivateKey
+  ? { publicKey: vapidPublicKey, privateKey: vapidPrivateKey, subject: env('VAPID_SUBJECT') ?? 'mailto:push@todo-sharing.invalid' }
+  : null
+const pushTransport = denoPushTransport({ vapid, allowPrivate: webhookAllowPrivate })
+
 const app = createApp(
   // An invocation claims new batches for at most 50 s (pg_net waits 55 s for its answer), well
   // within the edge runtime's 150 s wall clock even with a 15 s delivery under way.
   {
     sql, publicUrl, jwtSecret, upgradeUrl, storage, workerSecret, webhookAllowPrivate, webhookSender, webhookDrain: { budgetMs: 50_000 },
+    pushTransport, apns, pushDrain: { budgetMs: 50_000 },
     // gzip only (CompressionStream): the edge runtime has no brotli encoder we can count on.
     webUrl, docsScript: readDocsScript, accessLog: (line) => console.log(line),
   },

@@ -46,7 +46,7 @@ export function denoWebhookSender(options: { allowPrivate: boolean }): WebhookSe
     }
     const signal = AbortSignal.timeout(webhook.timeoutMs)
     try {
-      const response = await fetch(url, { method: 'POST', headers: webhook.headers, body: webhook.body, redirect: 'manual', signal })
+      const response = await fetch(url, { method: 'POST', headers: webhook.headers, body: webhook.body as BodyInit, redirect: 'manual', signal })
       await drain(response)
       return { status: response.status, retryAfter: response.headers.get('retry-after') }
     } catch (err) {

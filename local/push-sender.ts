@@ -1,0 +1,124 @@
+// The Node transport of the push worker (npm start, tests, the bench).
+//
+// APNs: HTTP/2 with node:http2 (Node's fetch speaks HTTP/1.1 only; APNs requires HTTP/2), one
+// session per origin kept open and reused for every push, as Apple asks (opening a connection per
+// push is treated as a denial-of-service attack). A session that errors or closes is replaced.
+// Web Push: `web-push` encrypts the payload (RFC 8291, aes128gcm) and signs the VAPID header;
+// the request goes out through the webhook sender, so a subscription endpoint gets the same SSRF
+// vetting as a webhook URL (public addresses only unless WEBHOOK_ALLOW_PRIVATE=1).
+import http2 from 'node:http2'
+import webPush from 'web-push'
+import type { ApnsRequest, PushResponse, PushTransport, WebPushRequest } from '../functions/lib/push.ts'
+import { nodeWebhookSender } from './webhook-sender.ts'
+
+export interface VapidKeys {
+  publicKey: string
+  privateKey: string
+  subject: string
+}
+
+export interface NodePushOptions {
+  vapid: VapidKeys
+  /** WEBHOOK_ALLOW_PRIVATE=1: web push endpoints may be http and loopback/private (tests, local use). */
+  allowPrivate: boolean
+  /** Extra trusted certificate (PEM) for the APNs connection: tests' self-signed stand-in. */
+  apnsCa?: string
+}
+
+export function nodePushTransport(options: NodePushOptions): PushTransport & { close(): Promise<void> } {
+  const sessions = new Map<string, http2.ClientHttp2Session>()
+  const webSender = nodeWebhookSender({ allowPrivate: options.allowPrivate })
+
+  function session(origin: string): http2.ClientHttp2Session {
+    const open = sessions.get(origin)
+    if (open && !open.closed && !open.destroyed) return open
+    const created = http2.connect(origin, options.apnsCa ? { ca: options.apnsCa } : {})
+    created.on('error', () => sessions.delete(origin))
+    created.on('close', () => sessions.delete(origin))
+    created.on('goaway', () => sessions.delete(origin))
+    sessions.set(origin, created)
+    return created
+  }
+
+  function apns(request: ApnsRequest): Promise<PushResponse> {
+    return new Promise<PushResponse>((resolve) => {
+      const url = new URL(request.url)
+      let settled = false
+      const done = (response: PushResponse) => {
+        if (settled) return
+        settled = true
+        clearTimeout(timer)
+        resolve(response)
+      }
+      const timer = setTimeout(() => {
+        stream?.close(http2.constants.NGHTTP2_CANCEL)
+        done({ status: null, error: `no answer within ${request.timeoutMs} ms` })
+      }, request.timeoutMs)
+      let stream: http2.ClientHttp2Stream | undefined
+      try {
+        stream = session(url.origin).request({ ':method': 'POST', ':path': url.pathname, ...request.headers })
+      } catch (err) {
+        done({ status: null, error: (err as Error).message })
+        return
+      }
+      let status: number | null = null
+      let retryAfter: string | null = null
+      const chunks: Buffer[] = []
+      stream.on('response', (headers) => {
+        status = Number(headers[':status'])
+        const value = headers['retry-after']
+        retryAfter = Array.isArray(value) ? value[0]! : (value ?? null)
+      })
+      stream.on('data', (chunk: Buffer) => {
+        if (chunks.reduce((n, c) => n + c.length, 0) < 4096) chunks.push(chunk)
+      })
+      stream.on('end', () => {
+        let reason: string | null = null
+        try {
+          reason = (JSON.parse(Buffer.concat(chunks).toString('utf8')) as { reason?: string }).reason ?? null
+        } catch {
+          // an empty body (200) or not JSON
+        }
+        done({ status, reason, retryAfter })
+      })
+      stream.on('error', (err) => done({ status: null, error: err.message }))
+      stream.on('close', () => {
+        done({ status, retryAfter, error: status === null ? 'the stream closed without an answer' : undefined })
+      })
+      stream.end(request.body)
+    })
+  }
+
+  async function web(request: WebPushRequest): Promise<PushResponse> {
+    let details: ReturnType<typeof webPush.generateRequestDetails>
+    try {
+      details = webPush.generateRequestDetails(
+        { endpoint: request.endpoint, keys: { p256dh: request.p256dh, auth: request.auth } },
+        request.payload,
+        { vapidDetails: options.vapid, TTL: request.ttlSeconds, contentEncoding: 'aes128gcm' },
+      )
+    } catch (err) {
+      return { status: 400, error: `the subscription cannot be used: ${(err as Error).message}` }
+    }
+    const headers: Record<string, string> = {}
+    for (const [name, value] of Object.entries(details.headers)) headers[name.toLowerCase()] = String(value)
+    const response = await webSender({ url: details.endpoint, headers, body: details.body as Buffer, timeoutMs: request.timeoutMs })
+    return { status: response.status, retryAfter: response.retryAfter ?? null, error: response.error }
+  }
+
+  return {
+    apns,
+    web,
+    async close() {
+      // The runner stops after its drain, so nothing is in flight; a hung stream must not hold the close.
+      for (const s of sessions.values()) s.destroy()
+      sessions.clear()
+      await webSender.close()
+    },
+  }
+}
+
+/** VAPID keys: VAPID_PUBLIC_KEY/VAPID_PRIVATE_KEY/VAPID_SUBJECT when set, else the generated ones of DATA_DIR. */
+export function generateVapidKeys(): { publicKey: string; privateKey: string } {
+  return webPush.generateVAPIDKeys()
+}

@@ -1,0 +1,510 @@
+// Notifications (issue 15): every type produced by its real cause over the API and pushed to a
+// test device through a local APNs stand-in (HTTP/2, self-signed TLS, provider token checked)
+// and to a browser subscription through a local Web Push service that decrypts the payload;
+// who is never notified; un-like and like again; deleted causes; the endpoints, devices and
+// preferences; 410, 429 and 5xx; the shared provider token; a worker that dies mid-way.
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { ProviderTokens, drainPush, type PushDrainOptions } from '../functions/lib/push.ts'
+import { nodePushTransport } from '../local/push-sender.ts'
+import { generateVapidKeys } from '../local/push-sender.ts'
+import { vapidFrom } from '../local/config.ts'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { DeviceTokenSchema, NotificationPreferenceSchema, PaginatedNotifications } from '../functions/notifications/notifications.routes.ts'
+import { WORKER_SECRET, type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+import { browserSubscription, startApnsStandIn, startWebPushService } from './support/push.ts'
+
+let world: TestWorld
+let apns: Awaited<ReturnType<typeof startApnsStandIn>>
+let webPushService: Awaited<ReturnType<typeof startWebPushService>>
+let transport: ReturnType<typeof nodePushTransport>
+let tokens: ProviderTokens
+const vapid = { ...generateVapidKeys(), subject: 'mailto:ops@todo.test' }
+const FAST: PushDrainOptions = { scheduleMs: [100], giveUpAfterMs: 60_000, jitter: 0 }
+
+const users: Record<string, CreatedUser> = {}
+const tokensOf: Record<string, string> = {}
+const devices: Record<string, string> = {}
+
+function hexToken(seed: number): string {
+  return seed.toString(16).padStart(2, '0').repeat(32)
+}
+
+async function drain(options: PushDrainOptions = {}) {
+  return await drainPush(world.sql, transport, { config: apns.config, tokens }, { ...FAST, ...options })
+}
+
+async function list(user: string, query = '') {
+  const res = await world.get(`/v1/notifications${query}`, { auth: tokensOf[user] })
+  expect(res.status, res.text).toBe(200)
+  PaginatedNotifications.parse(res.body)
+  return res.body as { data: any[]; unread_count: number; total_count: number; has_more: boolean; after: string | null }
+}
+
+async function readAll(user: string) {
+  const res = await world.post('/v1/notifications/reading', { auth: tokensOf[user] })
+  expect(res.status, res.text).toBe(204)
+}
+
+async function member(name: string, ...flags: string[]) {
+  users[name] = await world.createUser(name, '--first-name', name[0]!.toUpperCase() + name.slice(1), ...flags)
+  tokensOf[name] = await world.token(name, 'public write notifications', { firstParty: true })
+  devices[name] = hexToken(Object.keys(devices).length + 1)
+  const res = await world.post('/v1/devices', { auth: tokensOf[name], json: { token: devices[name], platform: 'ios', apns_environment: 'sandbox' } })
+  expect(res.status, res.text).toBe(201)
+}
+
+async function postTodo(user: string, body: string) {
+  const res = await world.post('/v1/todos', { auth: users[user]!.api_key, json: { body } })
+  expect(res.status, res.text).toBe(201)
+  return res.body as { id: string; url: string }
+}
+
+async function comment(user: string, todoId: string, body: string, parentId?: string) {
+  const res = await world.post('/v1/comments', {
+    auth: users[user]!.api_key,
+    json: { commentable_type: 'Todo', commentable_id: todoId, body, ...(parentId ? { parent_id: parentId } : {}) },
+  })
+  expect(res.status, res.text).toBe(201)
+  return res.body as { id: string }
+}
+
+async function react(user: string, type: 'Todo' | 'Comment', id: string) {
+  const res = await world.post('/v1/reactions', { auth: users[user]!.api_key, json: { reactable_type: type, reactable_id: id } })
+  expect(res.status, res.text).toBe(201)
+  return res.body as { id: string }
+}
+
+/** The pushes that reached `user`'s device since `from`. */
+function pushesTo(user: string, from = 0) {
+  return apns.pushes.slice(from).filter((p) => p.token === devices[user])
+}
+
+beforeAll(async () => {
+  apns = await startApnsStandIn()
+  webPushService = await startWebPushService()
+  transport = nodePushTransport({ vapid, allowPrivate: true, apnsCa: apns.ca })
+  world = await startWorld({ push: { transport, apns: apns.config } })
+  tokens = new ProviderTokens(world.sql, apns.config)
+  for (const name of ['alice', 'bob', 'carol', 'dave']) await member(name)
+  await member('paula', '--privacy', 'protected')
+  await member('priv', '--privacy', 'private')
+}, 60_000)
+
+afterAll(async () => {
+  await world?.close()
+  await transport?.close?.()
+  await apns?.close()
+  await webPushService?.close()
+})
+
+beforeEach(() => {
+  apns.answer(() => ({ status: 200 }))
+  webPushService.answer(() => 201)
+})
+
+describe('every notification type, from its real cause, pushed to a device', () => {
+  it('comment_todo_create and comment_comment_create', async () => {
+    const from = apns.pushes.length
+    const todo = await postTodo('alice', 'Shipped the release notes')
+    const first = await comment('bob', todo.id, 'Nice work on the notes!')
+    const reply = await comment('carol', todo.id, 'Agreed with Bob', first.id)
+
+    const alice = await list('alice')
+    const commented = alice.data.find((n) => n.type === 'comment_todo_create' && n.actor.username === 'bob')
+    expect(commented).toMatchObject({
+      read: false, emoji: '💬', title: 'Bob commented on your todo', text: 'Nice work on the notes!', todo_id: todo.id,
+      actor: { id: users.bob!.id, username: 'bob', first_name: 'Bob' },
+    })
+    expect(commented.url).toBe(`${todo.url}#${first.id}`)
+    expect(commented.id).toMatch(/^notif_[0-9a-f]{32}$/)
+    // carol's reply notifies alice (her todo) and bob (his comment).
+    expect(alice.data.some((n) => n.type === 'comment_todo_create' && n.actor.username === 'carol')).toBe(true)
+    const bob = await list('bob')
+    expect(bob.data[0]).toMatchObject({ type: 'comment_comment_create', title: 'Carol replied to your comment', text: 'Agreed with Bob', url: `${todo.url}#${reply.id}` })
+
+    await drain()
+    const toAlice = pushesTo('alice', from)
+    expect(toAlice).toHaveLength(2)
+    const push = toAlice.find((p) => p.payload.notification_id === commented.id)!
+    expect(push.problem).toBeNull()
+    expect(push.headers).toMatchObject({ 'apns-push-type': 'alert', 'apns-topic': 'com.example.todos' })
+    expect(push.headers['apns-id']!.replace(/-/g, '')).toBe(commented.id.replace('notif_', ''))
+    expect(push.jwt).toMatchObject({ kid: apns.config.keyId, iss: apns.config.teamId })
+    expect(push.payload).toMatchObject({
+      aps: { alert: { title: 'Bob commented on your todo', body: 'Nice work on the notes!' } },
+      notification_id: commented.id, url: commented.url, type: 'comment_todo_create', todo_id: todo.id,
+    })
+    expect(typeof push.payload.aps.badge).toBe('number')
+    expect(pushesTo('bob', from).map((p) => p.payload.type)).toEqual(['comment_comment_create'])
+  })
+
+  it('reaction_todo_create and reaction_comment_create; the badge is the unread count', async () => {
+    await readAll('alice')
+    await readAll('bob')
+    const from = apns.pushes.length
+    const todo = await postTodo('alice', 'Fixed the flaky test')
+    const c = await comment('bob', todo.id, 'How?')
+    await react('carol', 'Todo', todo.id)
+    await react('carol', 'Comment', c.id)
+    await drain()
+    const toAlice = pushesTo('alice', from)
+    expect(toAlice.map((p) => p.payload.type).sort()).toEqual(['comment_todo_create', 'reaction_todo_create'])
+    const liked = toAlice.find((p) => p.payload.type === 'reaction_todo_create')!
+    expect(liked.payload.aps.alert).toEqual({ title: 'Carol liked your todo', body: 'Fixed the flaky test' })
+    // Both of alice's notifications were unread when the second was sent.
+    expect(Math.max(...toAlice.map((p) => p.payload.aps.badge))).toBe(2)
+    expect((await list('alice')).unread_count).toBe(2)
+    const toBob = pushesTo('bob', from)
+    expect(toBob.map((p) => p.payload)).toMatchObject([{ type: 'reaction_comment_create', aps: { alert: { title: 'Carol liked your comment', body: 'How?' }, badge: 1 } }])
+  })
+
+  it('mention_todo_create and mention_comment_create', async () => {
+    const from = apns.pushes.length
+    const todo = await postTodo('alice', 'Paired with @dave on the parser')
+    await comment('bob', todo.id, 'Thanks @dave and @carol')
+    const dave = await list('dave')
+    expect(dave.data.filter((n) => n.type.startsWith('mention_')).map((n) => [n.type, n.actor.username, n.todo_id])).toEqual([
+      ['mention_comment_create', 'bob', todo.id],
+      ['mention_todo_create', 'alice', todo.id],
+    ])
+    expect(dave.data.find((n) => n.type === 'mention_todo_create')).toMatchObject({ title: 'Alice mentioned you in a todo', text: 'Paired with @dave on the parser', url: todo.url })
+    await drain()
+    expect(pushesTo('dave', from).map((p) => p.payload.type).sort()).toEqual(['mention_comment_create', 'mention_todo_create'])
+    expect(pushesTo('carol', from).map((p) => p.payload.type)).toEqual(['mention_comment_create'])
+  })
+
+  it('follow_user_create, follow_request_create and follow_request_approve', async () => {
+    const from = apns.pushes.length
+    expect((await world.post(`/v1/users/${users.alice!.id}/follow`, { auth: users.dave!.api_key })).status).toBe(204)
+    expect((await world.post(`/v1/users/${users.paula!.id}/follow`, { auth: users.dave!.api_key })).status).toBe(204)
+    const asked = (await list('paula')).data[0]
+    expect(asked).toMatchObject({ type: 'follow_request_create', title: 'Dave asked to follow you', actor: { username: 'dave' } })
+    await drain()
+    expect((await world.post(`/v1/follow_requests/${users.dave!.id}/approve`, { auth: users.paula!.api_key })).status).toBe(204)
+    // Approving answered the request: its unread notification leaves paula's list; paula is not
+    // told of a follow she made herself, dave is told of the approval.
+    expect((await list('paula')).data.map((n) => n.type)).toEqual([])
+    expect((await list('dave')).data[0]).toMatchObject({ type: 'follow_request_approve', title: 'Paula approved your follow request', actor: { username: 'paula' } })
+    expect((await list('alice')).data[0]).toMatchObject({ type: 'follow_user_create', title: 'Dave started following you', url: expect.stringMatching(/\/@dave$/) })
+    await drain()
+    expect(pushesTo('alice', from).map((p) => p.payload.type)).toEqual(['follow_user_create'])
+    expect(pushesTo('paula', from).map((p) => p.payload.type)).toEqual(['follow_request_create'])
+    expect(pushesTo('dave', from).map((p) => p.payload.type)).toEqual(['follow_request_approve'])
+  })
+
+  it('follow_project_create, and a project follow request and its approval', async () => {
+    const open = await world.admin<{ id: string }>('create-project', '--owner', 'alice', '--name', 'Open Tool', '--makers', 'bob')
+    const closed = await world.admin<{ id: string }>('create-project', '--owner', 'alice', '--name', 'Closed Tool', '--privacy', 'protected')
+    const from = apns.pushes.length
+    expect((await world.post(`/v1/projects/${open.id}/follow`, { auth: users.carol!.api_key })).status).toBe(204)
+    expect((await world.post(`/v1/projects/${closed.id}/follow`, { auth: users.carol!.api_key })).status).toBe(204)
+    const alice = (await list('alice')).data
+    expect(alice.find((n) => n.type === 'follow_project_create')).toMatchObject({ title: 'Carol started following Open Tool', actor: { username: 'carol' } })
+    expect(alice.find((n) => n.type === 'follow_request_create')).toMatchObject({ title: 'Carol asked to follow Closed Tool' })
+    await drain()
+    expect((await list('bob')).data[0]).toMatchObject({ type: 'follow_project_create', title: 'Carol started following Open Tool' })
+    const approve = await world.post(`/v1/projects/${closed.id}/follow_requests/${users.carol!.id}/approve`, { auth: users.alice!.api_key })
+    expect(approve.status, approve.text).toBe(204)
+    expect((await list('carol')).data[0]).toMatchObject({ type: 'follow_request_approve', title: 'Alice approved your request to follow Closed Tool' })
+    await drain()
+    expect(pushesTo('alice', from).map((p) => p.payload.type).sort()).toEqual(['follow_project_create', 'follow_request_create'])
+    expect(pushesTo('bob', from).map((p) => p.payload.type)).toEqual(['follow_project_create'])
+    expect(pushesTo('carol', from).map((p) => p.payload.type)).toEqual(['follow_request_approve'])
+  })
+})
+
+describe('who is not notified', () => {
+  it('never oneself, never from a muted member, never about what the recipient may not see', async () => {
+    await readAll('alice')
+    const before = (await list('alice')).total_count
+    const own = await postTodo('alice', 'Note to self, @alice')
+    await comment('alice', own.id, 'Talking to myself')
+    await react('alice', 'Todo', own.id)
+    expect((await list('alice')).total_count).toBe(before)
+
+    expect((await world.post(`/v1/users/${users.carol!.id}/mute`, { auth: users.alice!.api_key })).status).toBe(204)
+    await comment('carol', own.id, 'Muted comment mentioning @alice')
+    await react('carol', 'Todo', own.id)
+    expect((await list('alice')).total_count).toBe(before)
+
+    // priv's todos are private: bob, mentioned there, may not see it.
+    await postTodo('priv', 'Secret plan with @bob')
+    expect((await list('bob')).data.some((n) => n.actor?.username === 'priv')).toBe(false)
+  })
+
+  it('a todo naming many members notifies the first ten only', async () => {
+    const names = Array.from({ length: 12 }, (_, i) => `crowd${i}`)
+    for (const name of names) await world.createUser(name)
+    const todo = await postTodo('alice', `Thanks ${names.map((n) => '@' + n).join(' ')}`)
+    const rows = await world.sql<{ username: string }[]>`
+      select u.username from app.notifications n join app.users u on u.id = n.user_id
+      where n.todo_id = ${todo.id.replace('todo_', '')}::uuid and n.type = 'mention_todo_create' order by u.username`
+    expect(rows.map((r) => r.username)).toEqual(names.slice(0, 10).sort())
+  })
+
+  it('un-liking hides the unread notification; liking again shows it again without a second push', async () => {
+    const todo = await postTodo('dave', 'Wrote the migration guide')
+    const like = await react('bob', 'Todo', todo.id)
+    await drain()
+    const from = apns.pushes.length
+    expect((await list('dave')).data[0]).toMatchObject({ type: 'reaction_todo_create', read: false })
+    const unread = (await list('dave')).unread_count
+    expect((await world.delete(`/v1/reactions/${like.id}`, { auth: users.bob!.api_key })).status).toBe(204)
+    const after = await list('dave')
+    expect(after.data.some((n) => n.type === 'reaction_todo_create' && n.todo_id === todo.id)).toBe(false)
+    expect(after.unread_count).toBe(unread - 1)
+    await react('bob', 'Todo', todo.id)
+    await react('bob', 'Todo', todo.id)
+    const again = (await list('dave')).data.filter((n) => n.type === 'reaction_todo_create' && n.todo_id === todo.id)
+    expect(again).toHaveLength(1)
+    await drain()
+    expect(pushesTo('dave', from)).toHaveLength(0)
+  })
+
+  it('deleting the cause removes its notification', async () => {
+    const todo = await postTodo('dave', 'Refactored the queue')
+    const c = await comment('carol', todo.id, 'Looks good')
+    const count = (await list('dave')).total_count
+    expect((await world.delete(`/v1/comments/${c.id}`, { auth: users.carol!.api_key })).status).toBe(204)
+    expect((await list('dave')).total_count).toBe(count - 1)
+    await comment('carol', todo.id, 'Another one')
+    expect((await world.delete(`/v1/todos/${todo.id}`, { auth: users.dave!.api_key })).status).toBe(204)
+    expect((await list('dave')).data.some((n) => n.todo_id === todo.id)).toBe(false)
+    const [row] = await world.sql<{ left: number }[]>`select count(*)::int as left from app.push_deliveries d join app.notifications n on n.id = d.notification_id where n.todo_id = ${todo.id.replace('todo_', '')}::uuid`
+    expect(row!.left).toBe(0)
+  })
+})
+
+describe('GET /v1/notifications, reading', () => {
+  it('pages newest first; unread filter; unread_count over all pages; reading and mark_as_read', async () => {
+    await readAll('bob')
+    const todo = await postTodo('bob', 'Bench numbers are in')
+    for (const name of ['alice', 'carol', 'dave']) await comment(name, todo.id, `Comment from ${name}`)
+    const page1 = await list('bob', '?unread=true&limit=2')
+    expect(page1.data.map((n) => n.actor.username)).toEqual(['dave', 'carol'])
+    expect(page1).toMatchObject({ has_more: true, total_count: 3, unread_count: 3 })
+    const page2 = await list('bob', `?unread=true&limit=2&starting_after=${page1.after}`)
+    expect(page2.data.map((n) => n.actor.username)).toEqual(['alice'])
+    expect(page2).toMatchObject({ has_more: false, after: null, unread_count: 3 })
+    expect((await world.get('/v1/notifications?starting_after=notif_00000000000000000000000000000000', { auth: tokensOf.bob })).status).toBe(404)
+    expect((await world.get('/v1/notifications?unread=maybe', { auth: tokensOf.bob })).status).toBe(422)
+    const legacy = await world.post('/v1/notifications/mark_as_read', { auth: tokensOf.bob })
+    expect(legacy.status).toBe(204)
+    const after = await list('bob', '?unread=true')
+    expect(after).toMatchObject({ data: [], total_count: 0, unread_count: 0 })
+    expect((await list('bob')).data[0]).toMatchObject({ read: true })
+  })
+
+  it('OAuth with scope notifications only; API keys 403; nobody reads another member\'s', async () => {
+    expect((await world.get('/v1/notifications', { auth: users.bob!.api_key })).status).toBe(403)
+    const noScope = await world.token('bob', 'public write')
+    expect((await world.get('/v1/notifications', { auth: noScope })).status).toBe(403)
+    expect((await world.post('/v1/notifications/reading', { auth: noScope })).status).toBe(403)
+    const onlyNotifications = await world.token('bob', 'notifications')
+    expect((await world.get('/v1/notifications', { auth: onlyNotifications })).status).toBe(200)
+    const carolFirst = (await list('carol')).data[0]
+    const probe = await world.get(`/v1/notifications?starting_after=${carolFirst.id}`, { auth: tokensOf.bob })
+    expect(probe.status).toBe(404)
+  })
+})
+
+describe('devices', () => {
+  it('validates, is idempotent, moves a token between accounts, deletes with 204', async () => {
+    const token = 'AB'.repeat(32)
+    const first = await world.post('/v1/devices', { auth: tokensOf.carol, json: { token, platform: 'macos' } })
+    expect(first.status, first.text).toBe(201)
+    expect(first.body).toMatchObject({ token: token.toLowerCase(), platform: 'macos', apns_environment: 'production' })
+    DeviceTokenSchema.parse(first.body)
+    expect((await world.post('/v1/devices', { auth: tokensOf.carol, json: { token, platform: 'macos' } })).status).toBe(201)
+    for (const json of [{ token: 'xyz', platform: 'ios' }, { token: 'ab', platform: 'ios' }, { token, platform: 'android' }, { token, platform: 'ios', apns_environment: 'dev' }, { platform: 'ios' }]) {
+      const res = await world.post('/v1/devices', { auth: tokensOf.carol, json })
+      expect(res.status, JSON.stringify(json)).toBe(422)
+    }
+    // The token moves to dave: carol's notifications no longer reach it.
+    expect((await world.post('/v1/devices', { auth: tokensOf.dave, json: { token, platform: 'ios' } })).status).toBe(201)
+    const [owner] = await world.sql`select app.to_public_id('user', user_id) as id from app.devices where token = ${token.toLowerCase()}`
+    expect(owner!.id).toBe(users.dave!.id)
+    // carol cannot delete dave's token (204, nothing happens); dave can.
+    expect((await world.delete(`/v1/devices/${token}`, { auth: tokensOf.carol })).status).toBe(204)
+    expect((await world.sql`select 1 from app.devices where token = ${token.toLowerCase()}`).length).toBe(1)
+    expect((await world.delete(`/v1/devices/${token}`, { auth: tokensOf.dave })).status).toBe(204)
+    expect((await world.sql`select 1 from app.devices where token = ${token.toLowerCase()}`).length).toBe(0)
+    expect((await world.delete(`/v1/devices/${'cd'.repeat(32)}`, { auth: tokensOf.dave })).status).toBe(204)
+  })
+
+  it('first-party apps only; API keys 403', async () => {
+    const thirdParty = await world.token('carol', 'public notifications')
+    const json = { token: 'ef'.repeat(32), platform: 'ios' }
+    expect((await world.post('/v1/devices', { auth: thirdParty, json })).status).toBe(403)
+    expect((await world.delete(`/v1/devices/${'ef'.repeat(32)}`, { auth: thirdParty })).status).toBe(403)
+    expect((await world.post('/v1/devices', { auth: users.carol!.api_key, json })).status).toBe(403)
+    const noScope = await world.token('carol', 'public write', { firstParty: true })
+    expect((await world.post('/v1/devices', { auth: noScope, json })).status).toBe(403)
+  })
+})
+
+describe('preferences', () => {
+  it('lists every type, changes one, 404 for an unknown one; mobile_push_enabled off means no push', async () => {
+    const res = await world.get('/v1/notification_preferences', { auth: tokensOf.carol })
+    expect(res.status).toBe(200)
+    expect(res.body.data.map((p: any) => p.identifier)).toEqual([
+      'comment_todo_create', 'comment_comment_create', 'reaction_todo_create', 'reaction_comment_create', 'mention_todo_create',
+      'mention_comment_create', 'follow_user_create', 'follow_project_create', 'follow_request_create', 'follow_request_approve',
+    ])
+    expect(res.body.data.every((p: any) => p.mobile_push_enabled === true && p.name && p.description)).toBe(true)
+    for (const preference of res.body.data) NotificationPreferenceSchema.parse(preference)
+    const off = await world.patch('/v1/notification_preferences/reaction_todo_create', { auth: tokensOf.carol, json: { mobile_push_enabled: false } })
+    expect(off.status, off.text).toBe(200)
+    expect(off.body).toMatchObject({ identifier: 'reaction_todo_create', mobile_push_enabled: false, name: 'Likes on todos' })
+    expect((await world.patch('/v1/notification_preferences/nope', { auth: tokensOf.carol, json: { mobile_push_enabled: false } })).status).toBe(404)
+    expect((await world.patch('/v1/notification_preferences/reaction_todo_create', { auth: tokensOf.carol, json: { mobile_push_enabled: 'no' } })).status).toBe(422)
+    expect((await world.patch('/v1/notification_preferences/reaction_todo_create', { auth: users.carol!.api_key, json: { mobile_push_enabled: true } })).status).toBe(403)
+
+    const from = apns.pushes.length
+    const todo = await postTodo('carol', 'Quiet likes please')
+    await react('dave', 'Todo', todo.id)
+    await comment('dave', todo.id, 'Loud comment')
+    await drain()
+    // The like is listed, but only the comment is pushed.
+    expect((await list('carol')).data.slice(0, 2).map((n) => n.type)).toEqual(['comment_todo_create', 'reaction_todo_create'])
+    expect(pushesTo('carol', from).map((p) => p.payload.type)).toEqual(['comment_todo_create'])
+
+    // Turned off after the push was queued: it is dropped unsent.
+    await comment('dave', todo.id, 'Queued before the switch')
+    expect((await world.patch('/v1/notification_preferences/comment_todo_create', { auth: tokensOf.carol, json: { mobile_push_enabled: false } })).status).toBe(200)
+    expect(await drain()).toMatchObject({ dropped: 1, delivered: 0 })
+    expect(pushesTo('carol', from)).toHaveLength(1)
+    expect((await world.patch('/v1/notification_preferences/comment_todo_create', { auth: tokensOf.carol, json: { mobile_push_enabled: true } })).body).toMatchObject({ mobile_push_enabled: true })
+  })
+})
+
+describe('APNs delivery', () => {
+  it('410 Unregistered deletes the device token', async () => {
+    await member('gone')
+    apns.answer((push) => (push.token === devices.gone ? { status: 410, reason: 'Unregistered' } : { status: 200 }))
+    const todo = await postTodo('gone', 'Last todo from this phone')
+    await comment('alice', todo.id, 'Bye')
+    const result = await drain()
+    expect(result.unregistered).toBe(1)
+    expect((await world.sql`select 1 from app.devices where token = ${devices.gone!}`).length).toBe(0)
+  })
+
+  it('429 and 5xx are retried with backoff until delivered', async () => {
+    const from = apns.pushes.length
+    let calls = 0
+    apns.answer((push) => {
+      if (push.token !== devices.bob) return { status: 200 }
+      calls++
+      return calls === 1 ? { status: 429, reason: 'TooManyRequests' } : calls === 2 ? { status: 503, reason: 'ServiceUnavailable' } : { status: 200 }
+    })
+    const todo = await postTodo('bob', 'Retry me')
+    await comment('alice', todo.id, 'Retried comment')
+    expect(await drain()).toMatchObject({ retrying: 1 })
+    const [row] = await world.sql`select attempts, last_status, status from app.push_deliveries where device_token = ${devices.bob!}`
+    expect(row).toMatchObject({ attempts: 1, last_status: 429, status: 'pending' })
+    // Not due before its backoff.
+    expect(await drain()).toMatchObject({ delivered: 0, retrying: 0 })
+    await new Promise((r) => setTimeout(r, 150))
+    expect(await drain()).toMatchObject({ retrying: 1 })
+    await new Promise((r) => setTimeout(r, 150))
+    expect(await drain()).toMatchObject({ delivered: 1 })
+    expect(pushesTo('bob', from).map((p) => p.payload.aps.alert.body)).toEqual(['Retried comment', 'Retried comment', 'Retried comment'])
+    expect((await world.sql`select 1 from app.push_deliveries where device_token = ${devices.bob!}`).length).toBe(0)
+  })
+
+  it('one provider token, shared by every worker through the database and reused', async () => {
+    const raw = new Set(apns.pushes.map((p) => p.jwt.raw))
+    expect(raw.size).toBe(1)
+    const another = new ProviderTokens(world.sql, apns.config)
+    expect(await another.token()).toBe([...raw][0])
+    // 40 minutes later one worker renews it and the others take the renewed one.
+    const later = Date.now() + 41 * 60_000
+    await world.sql`update app.apns_provider_tokens set issued_at = now() - interval '41 minutes'`
+    const renewed = await another.token(later)
+    expect(renewed).not.toBe([...raw][0])
+    expect(await new ProviderTokens(world.sql, apns.config).token(later)).toBe(renewed)
+    // Both sessions reuse one HTTP/2 connection for all their pushes.
+    expect(apns.connections).toBeLessThanOrEqual(2)
+  })
+
+  it('nothing is lost when a worker stops mid-way: the leased deliveries go out after the lease', async () => {
+    const from = apns.pushes.length
+    apns.answer((push) => (push.token === devices.carol ? 'hang' : { status: 200 }))
+    const todo = await postTodo('carol', 'Crash test')
+    await comment('alice', todo.id, 'Survives restarts')
+    // A worker that claims and then dies: its sends never finish and nothing is recorded.
+    const dyingTransport = nodePushTransport({ vapid, allowPrivate: true, apnsCa: apns.ca })
+    const dying = drainPush(world.sql, dyingTransport, { config: apns.config, tokens }, { ...FAST, leaseMs: 500, timeoutMs: 60_000 })
+    await apns.waitFor(from + 1)
+    apns.answer(() => ({ status: 200 }))
+    expect(await drain()).toMatchObject({ delivered: 0 }) // still leased
+    await new Promise((r) => setTimeout(r, 600))
+    expect(await drain()).toMatchObject({ delivered: 1 })
+    expect(pushesTo('carol', from).map((p) => p.payload.aps.alert.body)).toEqual(['Survives restarts', 'Survives restarts'])
+    // The dead worker's connection goes; what it would record finds its delivery gone.
+    await dyingTransport.close()
+    await dying
+    expect((await world.sql`select 1 from app.push_deliveries where device_token = ${devices.carol!}`).length).toBe(0)
+  })
+
+  it('POST /internal/push drains with the worker secret, 404 without', async () => {
+    expect((await world.post('/internal/push')).status).toBe(404)
+    expect((await world.post('/internal/push', { headers: { authorization: 'Bearer wrong' } })).status).toBe(404)
+    const from = apns.pushes.length
+    const todo = await postTodo('dave', 'Cron drained')
+    await comment('bob', todo.id, 'Via the route')
+    const res = await world.post('/internal/push', { headers: { authorization: `Bearer ${WORKER_SECRET}` } })
+    expect(res.status, res.text).toBe(200)
+    expect(res.body).toMatchObject({ delivered: 1 })
+    expect(pushesTo('dave', from)).toHaveLength(1)
+  })
+})
+
+describe('Web Push', () => {
+  it('sends an encrypted payload with VAPID to the subscription the CLI added; 410 deletes it', async () => {
+    const sub = browserSubscription(`${webPushService.url}/push/bob-browser`)
+    const added = await world.admin<{ id: string; user: string }>('add-web-push-subscription', '--user', 'bob', '--endpoint', sub.endpoint, '--p256dh', sub.p256dh, '--auth', sub.auth)
+    expect(added).toMatchObject({ user: 'bob', endpoint: sub.endpoint })
+    await expect(world.admin('add-web-push-subscription', '--user', 'bob', '--endpoint', sub.endpoint, '--p256dh', 'short', '--auth', sub.auth)).rejects.toThrow(/p256dh/)
+
+    const todo = await postTodo('bob', 'Web push test')
+    await comment('carol', todo.id, 'To your browser')
+    await drain()
+    const got = webPushService.received.filter((r) => r.path === '/push/bob-browser')
+    expect(got).toHaveLength(1)
+    expect(got[0]!.problem).toBeNull()
+    expect(got[0]!.vapid).toMatchObject({ sub: 'mailto:ops@todo.test', aud: webPushService.url, publicKey: vapid.publicKey })
+    const payload = JSON.parse(sub.decrypt(got[0]!.body))
+    expect(payload).toMatchObject({ title: 'Carol commented on your todo', body: 'To your browser', type: 'comment_todo_create', todo_id: todo.id })
+    expect(payload.notification_id).toMatch(/^notif_/)
+
+    webPushService.answer(() => 410)
+    await comment('dave', todo.id, 'Browser gone')
+    expect((await drain()).unregistered).toBe(1)
+    expect((await world.sql`select 1 from app.web_push_subscriptions where id = ${added.id}`).length).toBe(0)
+  })
+})
+
+describe('VAPID keys', () => {
+  it('are generated into DATA_DIR on first start and the same afterwards, unless the environment names them', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'vapid-'))
+    try {
+      const first = vapidFrom({}, dir)
+      expect(first.publicKey).toMatch(/^[A-Za-z0-9_-]{87}$/)
+      expect(first.subject).toMatch(/^mailto:/)
+      expect(vapidFrom({}, dir)).toEqual(first)
+      const stored = JSON.parse(readFileSync(join(dir, 'secrets.json'), 'utf8'))
+      expect(stored).toMatchObject({ vapidPublicKey: first.publicKey, vapidPrivateKey: first.privateKey })
+      expect(stored.jwtSecret).toBeTruthy()
+      const given = generateVapidKeys()
+      expect(vapidFrom({ VAPID_PUBLIC_KEY: given.publicKey, VAPID_PRIVATE_KEY: given.privateKey, VAPID_SUBJECT: 'https://todo.test' }, dir))
+        .toEqual({ ...given, subject: 'https://todo.test' })
+      expect(() => vapidFrom({ VAPID_PUBLIC_KEY: given.publicKey }, dir)).toThrow(/both/)
+      expect(() => vapidFrom({ VAPID_SUBJECT: 'ops@todo.test' }, dir)).toThrow(/VAPID_SUBJECT/)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+})

@@ -1,0 +1,191 @@
+// Stand-ins for Apple's push service and a browser's Web Push service, both real servers on
+// 127.0.0.1, that check what a real one checks:
+// - APNs: HTTP/2 over TLS with a self-signed certificate (made with openssl for 127.0.0.1); the
+//   provider token's ES256 signature (against the public half of the test's key), kid and iss;
+//   the headers apns-push-type, apns-topic, apns-id; the JSON payload. Answers as told.
+// - Web Push: plain HTTP (tests run with WEBHOOK_ALLOW_PRIVATE's allowance); the VAPID JWT
+//   (ES256, against the k= public key), and the body decrypted with http_ece (RFC 8291,
+//   aes128gcm) with the subscription's private key and auth secret.
+import { execFileSync } from 'node:child_process'
+import { createECDH, createPublicKey, generateKeyPairSync, randomBytes, randomUUID } from 'node:crypto'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { createServer } from 'node:http'
+import http2 from 'node:http2'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import ece from 'http_ece'
+import { decodeProtectedHeader, importSPKI, jwtVerify } from 'jose'
+import type { ApnsConfig } from '../../functions/lib/push.ts'
+
+export interface ApnsPush {
+  token: string
+  headers: Record<string, string>
+  payload: any
+  jwt: { kid: string | undefined; iss: string | undefined; iat: number | undefined; raw: string }
+  /** Why the stand-in found the request wrong, or null. */
+  problem: string | null
+}
+
+export type ApnsAnswer = { status: number; reason?: string; retryAfter?: string } | 'hang'
+
+/**
+ * A certificate for 127.0.0.1 (EC P-256) signed by a throwaway CA, PEM: the CA is what clients
+ * are told to trust (Deno's TLS refuses a self-signed CA certificate used as the server's own).
+ */
+function selfSigned(): { key: string; cert: string; ca: string } {
+  const dir = mkdtempSync(join(tmpdir(), 'apns-cert-'))
+  const file = (name: string) => join(dir, name)
+  const openssl = (...args: string[]) => execFileSync('openssl', args, { stdio: 'ignore' })
+  try {
+    openssl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1',
+      '-subj', '/CN=Test APNs CA', '-keyout', file('ca.key'), '-out', file('ca.pem'))
+    openssl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-subj', '/CN=127.0.0.1',
+      '-keyout', file('key.pem'), '-out', file('leaf.csr'))
+    writeFileSync(file('ext.cnf'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth\n')
+    openssl('x509', '-req', '-in', file('leaf.csr'), '-CA', file('ca.pem'), '-CAkey', file('ca.key'), '-CAcreateserial', '-days', '1',
+      '-extfile', file('ext.cnf'), '-out', file('cert.pem'))
+    return { key: readFileSync(file('key.pem'), 'utf8'), cert: readFileSync(file('cert.pem'), 'utf8'), ca: readFileSync(file('ca.pem'), 'utf8') }
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+export async function startApnsStandIn() {
+  const { privateKey, publicKey } = generateKeyPairSync('ec', { namedCurve: 'prime256v1' })
+  const config: ApnsConfig = {
+    keyId: 'KEY1234567',
+    teamId: 'TEAM123456',
+    privateKey: privateKey.export({ type: 'pkcs8', format: 'pem' }) as string,
+    topic: 'com.example.todos',
+  }
+  const verifyKey = await importSPKI(publicKey.export({ type: 'spki', format: 'pem' }) as string, 'ES256')
+  const tls = selfSigned()
+  const pushes: ApnsPush[] = []
+  const waiters: (() => void)[] = []
+  let answer: (push: ApnsPush, index: number) => ApnsAnswer = () => ({ status: 200 })
+  let connections = 0
+  const server = http2.createSecureServer({ key: tls.key, cert: tls.cert })
+  server.on('session', () => connections++)
+  server.on('stream', (stream, headers) => {
+    const chunks: Buffer[] = []
+    stream.on('data', (c: Buffer) => chunks.push(c))
+    stream.on('end', async () => {
+      const path = String(headers[':path'])
+      const flat: Record<string, string> = {}
+      for (const [k, v] of Object.entries(headers)) if (!k.startsWith(':')) flat[k] = String(v)
+      const raw = (flat.authorization ?? '').replace(/^bearer /, '')
+      let problem: string | null = null
+      let jwt: ApnsPush['jwt'] = { kid: undefined, iss: undefined, iat: undefined, raw }
+      try {
+        const header = decodeProtectedHeader(raw)
+        const { payload } = await jwtVerify(raw, verifyKey, { algorithms: ['ES256'] })
+        jwt = { kid: header.kid, iss: payload.iss, iat: payload.iat, raw }
+        if (header.kid !== config.keyId) problem = `kid ${header.kid}`
+        if (payload.iss !== config.teamId) problem = `iss ${payload.iss}`
+      } catch (err) {
+        problem = `provider token: ${(err as Error).message}`
+      }
+      if (headers[':method'] !== 'POST' || !/^\/3\/device\/[0-9a-f]+$/.test(path)) problem = `request ${headers[':method']} ${path}`
+      if (flat['apns-push-type'] !== 'alert') problem = 'apns-push-type'
+      if (flat['apns-topic'] !== config.topic) problem = 'apns-topic'
+      if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(flat['apns-id'] ?? '')) problem = 'apns-id'
+      let payload: any = null
+      try {
+        payload = JSON.parse(Buffer.concat(chunks).toString('utf8'))
+      } catch {
+        problem = 'payload is not JSON'
+      }
+      const push: ApnsPush = { token: path.split('/').pop()!, headers: flat, payload, jwt, problem }
+      pushes.push(push)
+      for (const wake of waiters.splice(0)) wake()
+      if (problem) {
+        stream.respond({ ':status': 400 })
+        stream.end(JSON.stringify({ reason: 'BadRequest', problem }))
+        return
+      }
+      const decided = answer(push, pushes.length - 1)
+      if (decided === 'hang') return
+      stream.respond({ ':status': decided.status, 'apns-id': flat['apns-id'] ?? randomUUID(), ...(decided.retryAfter ? { 'retry-after': decided.retryAfter } : {}) })
+      stream.end(decided.reason ? JSON.stringify({ reason: decided.reason }) : undefined)
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as { port: number }
+  config.url = `https://127.0.0.1:${port}`
+  return {
+    config,
+    ca: tls.ca,
+    pushes,
+    get connections() { return connections },
+    answer(fn: (push: ApnsPush, index: number) => ApnsAnswer) { answer = fn },
+    async waitFor(count: number, timeoutMs = 10_000) {
+      const deadline = Date.now() + timeoutMs
+      while (pushes.length < count) {
+        if (Date.now() > deadline) throw new Error(`APNs stand-in: ${pushes.length} of ${count} pushes arrived`)
+        await new Promise<void>((resolve) => { waiters.push(resolve); setTimeout(resolve, 100) })
+      }
+    },
+    close: () => new Promise<void>((resolve) => { server.close(() => resolve()); for (const s of (server as any)._sessions ?? []) s.destroy() }),
+  }
+}
+
+/** A browser's push subscription: the keys it gives the site, and its private half to decrypt. */
+export function browserSubscription(endpoint: string) {
+  const ecdh = createECDH('prime256v1')
+  ecdh.generateKeys()
+  const authSecret = randomBytes(16)
+  return {
+    endpoint,
+    p256dh: ecdh.getPublicKey().toString('base64url'),
+    auth: authSecret.toString('base64url'),
+    decrypt: (body: Buffer) => ece.decrypt(body, { version: 'aes128gcm', privateKey: ecdh, authSecret }).toString('utf8'),
+  }
+}
+
+export interface WebPushReceived {
+  path: string
+  headers: Record<string, string>
+  body: Buffer
+  vapid: { sub?: string; aud?: string; publicKey: string } | null
+  problem: string | null
+}
+
+export async function startWebPushService() {
+  const received: WebPushReceived[] = []
+  let answer: (r: WebPushReceived, index: number) => number = () => 201
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = []
+    req.on('data', (c: Buffer) => chunks.push(c))
+    req.on('end', async () => {
+      const headers = Object.fromEntries(Object.entries(req.headers).map(([k, v]) => [k, String(v)]))
+      let problem: string | null = null
+      let vapid: WebPushReceived['vapid'] = null
+      const match = /^vapid t=([^,]+), k=(.+)$/.exec(headers.authorization ?? '')
+      if (!match) problem = `authorization ${headers.authorization}`
+      else {
+        try {
+          const raw = Buffer.from(match[2]!, 'base64url')
+          const key = createPublicKey({ key: { kty: 'EC', crv: 'P-256', x: raw.subarray(1, 33).toString('base64url'), y: raw.subarray(33).toString('base64url') }, format: 'jwk' })
+          const { payload } = await jwtVerify(match[1]!, key, { algorithms: ['ES256'] })
+          vapid = { sub: payload.sub, aud: payload.aud as string, publicKey: match[2]! }
+        } catch (err) {
+          problem = `vapid: ${(err as Error).message}`
+        }
+      }
+      if (headers['content-encoding'] !== 'aes128gcm') problem = `content-encoding ${headers['content-encoding']}`
+      if (!headers.ttl) problem = 'no TTL'
+      const entry: WebPushReceived = { path: req.url ?? '/', headers, body: Buffer.concat(chunks), vapid, problem }
+      received.push(entry)
+      res.statusCode = problem ? 400 : answer(entry, received.length - 1)
+      res.end()
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as { port: number }
+  return {
+    url: `http://127.0.0.1:${port}`,
+    received,
+    answer(fn: (r: WebPushReceived, index: number) => number) { answer = fn },
+    close: () => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }),
+  }
+}
