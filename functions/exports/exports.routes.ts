@@ -1,5 +1,6 @@
 import { createRoute, z } from '@hono/zod-openapi'
 import { PaginationQuery, UserSchema, errors, jsonContent, paginated } from '../lib/schemas.ts'
+import { NotificationPreferenceSchema } from '../notifications/notifications.routes.ts'
 
 export const ExportSchema = z.object({
   id: z.string().openapi({ example: 'exp_1f2e3d4c5b6a79880716253443526170' }),
@@ -53,7 +54,7 @@ export const ExportArchiveSchema = z.object({
     id: z.string(), url: z.string(), event_type: z.string(), project_ids: z.array(z.string()), active: z.boolean(),
     created_at: z.string(), updated_at: z.string(),
   })).openapi({ description: 'Without their signing secrets.' }),
-  notification_preferences: z.array(z.record(z.string(), z.unknown())).openapi({ description: 'Your notification preferences.' }),
+  notification_preferences: z.array(NotificationPreferenceSchema).openapi({ description: 'Your notification preferences: every type, as GET /v1/notification_preferences shows them.' }),
 }).openapi('ExportArchive')
 
 const ExportParam = z.object({

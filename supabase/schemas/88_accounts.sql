@@ -261,9 +261,15 @@ begin
     order by s.created_at, s.id
     limit page_size;
   elsif section = 'notification_preferences' then
-    -- Notification preferences arrive with the notifications domain (issue 15), which adds its
-    -- rows here; until then the section is empty.
-    return;
+    -- Every notification type with the member's choice, as GET /v1/notification_preferences
+    -- shows them: ten rows, so one page (a second page, after any cursor, is empty).
+    return query
+    select '-infinity|' || member::text,
+      app.notification_preference_json(t.identifier, t.name, t.description, p.mobile_push_enabled)
+    from app.notification_types() with ordinality t(identifier, name, description, emoji, n)
+    left join app.notification_preferences p on p.user_id = member and p.type = t.identifier
+    where after is null
+    order by t.n;
   else
     raise exception 'unknown export section %', section;
   end if;
