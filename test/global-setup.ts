@@ -30,10 +30,11 @@ export default async function setup(project: TestProject) {
     // process.exit(0) once its hooks ran, which replaced the exit code vitest sets for failed
     // tests (1) with 0, so `npm test` and CI passed whatever failed; its exit handler calls the
     // hook without a callback and throws. The teardown below stops the database itself.
-    for (const event of ['beforeExit', 'exit'] as const) {
-      for (const listener of process.listeners(event)) {
-        if (!exitListeners[event].has(listener)) process.removeListener(event, listener)
-      }
+    for (const listener of process.listeners('beforeExit')) {
+      if (!exitListeners.beforeExit.has(listener)) process.removeListener('beforeExit', listener)
+    }
+    for (const listener of process.listeners('exit')) {
+      if (!exitListeners.exit.has(listener)) process.removeListener('exit', listener)
     }
     serverUrl = server.url
     stop = server.stop
