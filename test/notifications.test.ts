@@ -391,6 +391,30 @@ describe('APNs delivery', () => {
     expect((await world.sql`select 1 from app.devices where token = ${devices.gone!}`).length).toBe(0)
   })
 
+  it('a 410 for a token the device registered again while the push was in flight keeps the token', async () => {
+    await member('reborn')
+    let reregister!: () => void
+    const registered = new Promise<void>((resolve) => (reregister = resolve))
+    apns.answer(async (push) => {
+      if (push.token !== devices.reborn) return { status: 200 }
+      // The app got its token anew (same token, re-registered) while this push was in flight.
+      await registered
+      return { status: 410, reason: 'Unregistered' }
+    })
+    const todo = await postTodo('reborn', 'Reinstalled the app')
+    await comment('alice', todo.id, 'Welcome back')
+    const from = apns.pushes.length
+    const drained = drain()
+    await apns.waitFor(from + 1)
+    await new Promise((r) => setTimeout(r, 20))
+    const res = await world.post('/v1/devices', { auth: tokensOf.reborn, json: { token: devices.reborn, platform: 'ios', apns_environment: 'sandbox' } })
+    expect(res.status, res.text).toBe(201)
+    reregister()
+    expect(await drained).toMatchObject({ unregistered: 1 })
+    expect((await world.sql`select 1 from app.devices where token = ${devices.reborn!}`).length).toBe(1)
+    expect((await world.sql`select 1 from app.push_deliveries where device_token = ${devices.reborn!}`).length).toBe(0)
+  })
+
   it('429 and 5xx are retried with backoff until delivered', async () => {
     const from = apns.pushes.length
     let calls = 0

@@ -98,6 +98,7 @@ create table app.push_deliveries (
   status              text not null default 'pending' constraint push_deliveries_status_check check (status in ('pending', 'failed')),
   attempts            integer not null default 0,
   next_attempt_at     timestamptz default now(),
+  leased_at           timestamptz,
   first_attempt_at    timestamptz,
   last_status         integer,
   last_error          text,
@@ -106,6 +107,8 @@ create table app.push_deliveries (
 );
 comment on table app.push_deliveries is
   'The push outbox: one row per (notification, device or web subscription), written with the notification; the worker leases due rows (app.take_push_deliveries), sends them outside any transaction, and deletes them once sent. A row that keeps failing is marked failed. Gone with its notification, device or subscription.';
+comment on column app.push_deliveries.leased_at is
+  'When a worker last claimed it (app.take_push_deliveries): an answer that the token is dead (410) deletes the device only if it was not registered again after this, as Apple asks (a token re-registered while the 410 was in flight is live).';
 create index push_deliveries_notification_id_idx on app.push_deliveries (notification_id);
 create index push_deliveries_device_token_idx on app.push_deliveries (device_token) where (device_token is not null);
 create index push_deliveries_web_subscription_id_idx on app.push_deliveries (web_subscription_id) where (web_subscription_id is not null);
@@ -331,7 +334,7 @@ as $$
     limit batch
     for update of d skip locked
   ), leased as (
-    update app.push_deliveries d set next_attempt_at = now() + lease
+    update app.push_deliveries d set next_attempt_at = now() + lease, leased_at = now()
     from due where d.id = due.id
     returning d.id, d.notification_id, d.device_token, d.web_subscription_id, d.attempts, d.first_attempt_at
   )
@@ -368,9 +371,13 @@ begin
   if outcome in ('delivered', 'dropped') then
     delete from app.push_deliveries d where d.id = delivery;
   elsif outcome = 'unregistered' then
-    -- APNs 410 Unregistered, or a push service's 404/410: the token or subscription is dead.
-    delete from app.devices d where d.token = target.device_token;
+    -- APNs 410 Unregistered, or a push service's 404/410: the token or subscription is dead,
+    -- unless the device registered it again after this push was claimed (the app got the token
+    -- anew while the 410 was in flight: it is live, and deleting it would silence the device).
+    delete from app.devices d where d.token = target.device_token
+      and (target.leased_at is null or d.updated_at <= target.leased_at);
     delete from app.web_push_subscriptions w where w.id = target.web_subscription_id;
+    delete from app.push_deliveries d where d.id = delivery;
   else
     update app.push_deliveries d
        set attempts = d.attempts + 1,
@@ -384,7 +391,7 @@ begin
 end;
 $$;
 comment on function app.record_push_attempt(bigint, text, integer, text, timestamptz) is
-  'Records one push attempt the worker made: delivered or dropped (hidden meanwhile) deletes the delivery; unregistered deletes the device token or web subscription (and with it its deliveries); retry keeps it pending until retry_at; failed keeps it as failed (a permanent refusal, or retries given up).';
+  'Records one push attempt the worker made: delivered or dropped (hidden meanwhile) deletes the delivery; unregistered deletes the device token (unless it was registered again after the push was claimed, leased_at) or web subscription, and the delivery; retry keeps it pending until retry_at; failed keeps it as failed (a permanent refusal, or retries given up).';
 
 create function app.store_apns_provider_token(key_id text, team_id text, token text, refresh_after interval)
 returns text

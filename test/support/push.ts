@@ -62,7 +62,7 @@ export async function startApnsStandIn() {
   const tls = selfSigned()
   const pushes: ApnsPush[] = []
   const waiters: (() => void)[] = []
-  let answer: (push: ApnsPush, index: number) => ApnsAnswer = () => ({ status: 200 })
+  let answer: (push: ApnsPush, index: number) => ApnsAnswer | Promise<ApnsAnswer> = () => ({ status: 200 })
   let connections = 0
   const server = http2.createSecureServer({ key: tls.key, cert: tls.cert })
   server.on('session', () => connections++)
@@ -103,7 +103,7 @@ export async function startApnsStandIn() {
         stream.end(JSON.stringify({ reason: 'BadRequest', problem }))
         return
       }
-      const decided = answer(push, pushes.length - 1)
+      const decided = await answer(push, pushes.length - 1)
       if (decided === 'hang') return
       stream.respond({ ':status': decided.status, 'apns-id': flat['apns-id'] ?? randomUUID(), ...(decided.retryAfter ? { 'retry-after': decided.retryAfter } : {}) })
       stream.end(decided.reason ? JSON.stringify({ reason: decided.reason }) : undefined)
@@ -117,7 +117,7 @@ export async function startApnsStandIn() {
     ca: tls.ca,
     pushes,
     get connections() { return connections },
-    answer(fn: (push: ApnsPush, index: number) => ApnsAnswer) { answer = fn },
+    answer(fn: (push: ApnsPush, index: number) => ApnsAnswer | Promise<ApnsAnswer>) { answer = fn },
     async waitFor(count: number, timeoutMs = 10_000) {
       const deadline = Date.now() + timeoutMs
       while (pushes.length < count) {
