@@ -234,6 +234,23 @@ describe('who is not notified', () => {
     expect((await list('bob')).data.some((n) => n.actor?.username === 'priv')).toBe(false)
   })
 
+  it('muting a member hides what they caused before and drops its queued pushes', async () => {
+    await member('muter')
+    await member('pest')
+    await drain()
+    const from = apns.pushes.length
+    const todo = await postTodo('muter', 'Shipped the release')
+    await react('pest', 'Todo', todo.id)
+    await comment('pest', todo.id, 'Call me at this number')
+    expect((await list('muter')).unread_count).toBe(2)
+    expect((await world.post(`/v1/users/${users.pest!.id}/mute`, { auth: users.muter!.api_key })).status).toBe(204)
+    const after = await list('muter')
+    expect(after.data.filter((n) => n.actor?.username === 'pest')).toHaveLength(0)
+    expect(after.unread_count).toBe(0)
+    await drain()
+    expect(pushesTo('muter', from)).toHaveLength(0)
+  })
+
   it('a todo naming many members notifies the first ten only', async () => {
     const names = Array.from({ length: 12 }, (_, i) => `crowd${i}`)
     for (const name of names) await world.createUser(name)

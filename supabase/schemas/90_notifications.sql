@@ -766,6 +766,26 @@ comment on function app.tg_project_follow_requests__notify() is
 create trigger _500_notify after insert or delete on app.project_follow_requests
   for each row execute function app.tg_project_follow_requests__notify();
 
+create function app.tg_mutes__hide_notifications()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  -- What the muted member caused before the mute: unread, it leaves the lists, the count and
+  -- the outbox (app.take_push_deliveries drops hidden rows), as app.notify refuses it from now on.
+  update app.notifications n set hidden = true
+  where n.user_id = new.user_id and n.actor_id = new.muted_user_id and not n.read and not n.hidden;
+  return null;
+end;
+$$;
+comment on function app.tg_mutes__hide_notifications() is
+  'Muting a member hides the unread notifications they caused the muter (and so their queued pushes, dropped unsent): a harasser''s burst must not keep reaching the phone after the mute. Security definer: hidden is not the member''s to write. Read ones stay as they are; an unmute shows nothing again until a cause comes back.';
+create trigger _500_hide_notifications after insert on app.mutes
+  for each row execute function app.tg_mutes__hide_notifications();
+
 -- ============================================================================
 -- API functions
 -- ============================================================================
