@@ -2,7 +2,8 @@
 //
 // APNs: HTTP/2 with node:http2 (Node's fetch speaks HTTP/1.1 only; APNs requires HTTP/2), one
 // session per origin kept open and reused for every push, as Apple asks (opening a connection per
-// push is treated as a denial-of-service attack). A session that errors or closes is replaced.
+// push is treated as a denial-of-service attack). A session that errors or closes is replaced,
+// and so is one that let a push go unanswered past its timeout (it may be half-open).
 // Web Push: `web-push` encrypts the payload (RFC 8291, aes128gcm) and signs the VAPID header;
 // the request goes out through the webhook sender, so a subscription endpoint gets the same SSRF
 // vetting as a webhook URL (public addresses only unless WEBHOOK_ALLOW_PRIVATE=1).
@@ -40,6 +41,14 @@ export function nodePushTransport(options: NodePushOptions): PushTransport & { c
     return created
   }
 
+  /** Takes a session out of use: no new streams on it, destroyed after `graceMs`. */
+  function retire(origin: string, retired: http2.ClientHttp2Session, graceMs: number): void {
+    if (sessions.get(origin) === retired) sessions.delete(origin)
+    if (retired.closed || retired.destroyed) return
+    retired.close()
+    setTimeout(() => retired.destroy(), graceMs).unref()
+  }
+
   function apns(request: ApnsRequest): Promise<PushResponse> {
     return new Promise<PushResponse>((resolve) => {
       const url = new URL(request.url)
@@ -52,11 +61,18 @@ export function nodePushTransport(options: NodePushOptions): PushTransport & { c
       }
       const timer = setTimeout(() => {
         stream?.close(http2.constants.NGHTTP2_CANCEL)
+        // No answer in time: the connection may be half-open (a NAT or load balancer that forgot
+        // it answers nothing, and no error or close ever comes), and every later push on it would
+        // time out too. The next push opens a fresh one; this one may finish what it carries
+        // (each stream has its own timer) and is destroyed after another timeout.
+        if (used) retire(url.origin, used, request.timeoutMs)
         done({ status: null, error: `no answer within ${request.timeoutMs} ms` })
       }, request.timeoutMs)
       let stream: http2.ClientHttp2Stream | undefined
+      let used: http2.ClientHttp2Session | undefined
       try {
-        stream = session(url.origin).request({ ':method': 'POST', ':path': url.pathname, ...request.headers })
+        used = session(url.origin)
+        stream = used.request({ ':method': 'POST', ':path': url.pathname, ...request.headers })
       } catch (err) {
         done({ status: null, error: (err as Error).message })
         return

@@ -9,6 +9,7 @@ import { nodePushTransport } from '../local/push-sender.ts'
 import { generateVapidKeys } from '../local/push-sender.ts'
 import { vapidFrom } from '../local/config.ts'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import net from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { DeviceTokenSchema, NotificationPreferenceSchema, PaginatedNotifications } from '../functions/notifications/notifications.routes.ts'
@@ -430,6 +431,42 @@ describe('APNs delivery', () => {
     expect(await drained).toMatchObject({ unregistered: 1 })
     expect((await world.sql`select 1 from app.devices where token = ${devices.reborn!}`).length).toBe(1)
     expect((await world.sql`select 1 from app.push_deliveries where device_token = ${devices.reborn!}`).length).toBe(0)
+  })
+
+  it('a connection that went silent (half-open) is replaced after a timeout, not reused forever', async () => {
+    // A path to the stand-in whose first connection is a black hole (a NAT that forgot it):
+    // bytes go in, nothing comes back, no error and no close. Later connections get through.
+    let accepted = 0
+    const held: net.Socket[] = []
+    const target = new URL(apns.config.url!)
+    const proxy = net.createServer((socket) => {
+      if (accepted++ === 0) {
+        socket.on('error', () => {})
+        held.push(socket)
+        return
+      }
+      const upstream = net.connect(Number(target.port), target.hostname)
+      socket.pipe(upstream).pipe(socket)
+      socket.on('error', () => upstream.destroy())
+      upstream.on('error', () => socket.destroy())
+    })
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
+    const config = { ...apns.config, url: `https://127.0.0.1:${(proxy.address() as net.AddressInfo).port}` }
+    const silentTransport = nodePushTransport({ vapid, allowPrivate: true, apnsCa: apns.ca })
+    try {
+      await member('halfopen')
+      const todo = await postTodo('halfopen', 'Behind a flaky NAT')
+      await comment('alice', todo.id, 'Ping')
+      const from = apns.pushes.length
+      const run = () => drainPush(world.sql, silentTransport, { config, tokens }, { ...FAST, scheduleMs: [0], timeoutMs: 500 })
+      expect(await run()).toMatchObject({ retrying: 1 })
+      expect(await run()).toMatchObject({ delivered: 1 })
+      expect(pushesTo('halfopen', from)).toHaveLength(1)
+    } finally {
+      await silentTransport.close()
+      for (const s of held) s.destroy()
+      await new Promise<void>((resolve) => proxy.close(() => resolve()))
+    }
   })
 
   it('429 and 5xx are retried with backoff until delivered', async () => {
