@@ -10,7 +10,11 @@
 import http2 from 'node:http2'
 import webPush from 'web-push'
 import type { ApnsRequest, PushResponse, PushTransport, WebPushRequest } from '../functions/lib/push.ts'
+import { BODY_GRACE_MS } from '../functions/lib/webhooks.ts'
 import { nodeWebhookSender } from './webhook-sender.ts'
+
+/** The most of an APNs answer's body read: its {"reason": …} is a few dozen bytes. */
+export const APNS_MAX_BODY_BYTES = 4096
 
 export interface VapidKeys {
   publicKey: string
@@ -53,10 +57,12 @@ export function nodePushTransport(options: NodePushOptions): PushTransport & { c
     return new Promise<PushResponse>((resolve) => {
       const url = new URL(request.url)
       let settled = false
+      let grace: ReturnType<typeof setTimeout> | undefined
       const done = (response: PushResponse) => {
         if (settled) return
         settled = true
         clearTimeout(timer)
+        clearTimeout(grace)
         resolve(response)
       }
       const timer = setTimeout(() => {
@@ -80,23 +86,35 @@ export function nodePushTransport(options: NodePushOptions): PushTransport & { c
       let status: number | null = null
       let retryAfter: string | null = null
       const chunks: Buffer[] = []
-      stream.on('response', (headers) => {
-        status = Number(headers[':status'])
-        const value = headers['retry-after']
-        retryAfter = Array.isArray(value) ? value[0]! : (value ?? null)
-      })
-      stream.on('data', (chunk: Buffer) => {
-        if (chunks.reduce((n, c) => n + c.length, 0) < 4096) chunks.push(chunk)
-      })
-      stream.on('end', () => {
+      let received = 0
+      // The answer is the status; the body only says why ({"reason": …}, a few bytes). What goes
+      // past APNS_MAX_BODY_BYTES, or still trickles BODY_GRACE_MS after the status, is not read:
+      // a body that never ends must not hold the push until its timeout (then retried: sent twice).
+      const finish = (cut: boolean) => {
+        if (settled) return
+        clearTimeout(grace)
         let reason: string | null = null
         try {
           reason = (JSON.parse(Buffer.concat(chunks).toString('utf8')) as { reason?: string }).reason ?? null
         } catch {
-          // an empty body (200) or not JSON
+          // an empty body (200), not JSON, or cut short
         }
+        if (cut && !stream!.closed && !stream!.destroyed) stream!.close(http2.constants.NGHTTP2_CANCEL)
         done({ status, reason, retryAfter })
+      }
+      stream.on('response', (headers) => {
+        status = Number(headers[':status'])
+        const value = headers['retry-after']
+        retryAfter = Array.isArray(value) ? value[0]! : (value ?? null)
+        grace = setTimeout(() => finish(true), BODY_GRACE_MS)
       })
+      stream.on('data', (chunk: Buffer) => {
+        if (settled) return
+        chunks.push(chunk.subarray(0, APNS_MAX_BODY_BYTES - received))
+        received += chunk.length
+        if (received >= APNS_MAX_BODY_BYTES) finish(true)
+      })
+      stream.on('end', () => finish(false))
       stream.on('error', (err) => done({ status: null, error: err.message }))
       stream.on('close', () => {
         done({ status, retryAfter, error: status === null ? 'the stream closed without an answer' : undefined })

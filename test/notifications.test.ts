@@ -469,6 +469,19 @@ describe('APNs delivery', () => {
     }
   })
 
+  it('an answer whose body never ends counts by its status, read no further (no stall, no second push)', async () => {
+    await member('chatty')
+    apns.answer((push) => (push.token === devices.chatty ? { status: 200, body: 'endless' } : { status: 200 }))
+    const todo = await postTodo('chatty', 'Talkative gateway')
+    await comment('alice', todo.id, 'Hello')
+    const from = apns.pushes.length
+    const started = Date.now()
+    expect(await drain({ timeoutMs: 4_000 })).toMatchObject({ delivered: 1, retrying: 0 })
+    expect(Date.now() - started).toBeLessThan(3_000)
+    expect(pushesTo('chatty', from)).toHaveLength(1)
+    expect((await world.sql`select 1 from app.push_deliveries where device_token = ${devices.chatty!}`).length).toBe(0)
+  })
+
   it('429 and 5xx are retried with backoff until delivered', async () => {
     const from = apns.pushes.length
     let calls = 0

@@ -110,4 +110,24 @@ describe('POST /api/internal/push on Deno', () => {
     expect(received!.problem).toBeNull()
     expect(JSON.parse(sub.decrypt(received!.body))).toMatchObject({ title: 'Bob liked your todo', body: 'pushed from the edge', badge: 1 })
   }, 60_000)
+
+  it('an APNs answer whose body never ends counts by its status, read no further', async () => {
+    const token = await world.token('bob', 'notifications', { firstParty: true })
+    const device = 'b2'.repeat(32)
+    const registered = await fetch(`${url}/api/v1/devices`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ token: device, platform: 'ios' }),
+    })
+    expect(registered.status).toBe(201)
+    apns.answer((push) => (push.token === device ? { status: 200, body: 'endless' } : { status: 200 }))
+    const todo = await world.post('/v1/todos', { auth: bob.api_key, json: { body: 'behind a chatty gateway' } })
+    expect((await world.post('/v1/reactions', { auth: alice.api_key, json: { reactable_type: 'Todo', reactable_id: todo.body.id } })).status).toBe(201)
+    const started = Date.now()
+    const drained = await fetch(`${url}/api/internal/push`, { method: 'POST', headers: { authorization: `Bearer ${SECRET}` } })
+    expect(drained.status, log).toBe(200)
+    expect(await drained.json()).toMatchObject({ delivered: 1, retrying: 0 })
+    expect(Date.now() - started).toBeLessThan(6_000)
+    expect((await world.sql`select 1 from app.push_deliveries where device_token = ${device}`).length).toBe(0)
+  }, 60_000)
 })

@@ -26,7 +26,8 @@ export interface ApnsPush {
   problem: string | null
 }
 
-export type ApnsAnswer = { status: number; reason?: string; retryAfter?: string } | 'hang'
+/** `body: 'endless'`: after the status, a body that never ends (64 KiB every few ms until the client goes). */
+export type ApnsAnswer = { status: number; reason?: string; retryAfter?: string; body?: 'endless' } | 'hang'
 
 /**
  * A certificate for 127.0.0.1 (EC P-256) signed by a throwaway CA, PEM: the CA is what clients
@@ -106,6 +107,13 @@ export async function startApnsStandIn() {
       const decided = await answer(push, pushes.length - 1)
       if (decided === 'hang') return
       stream.respond({ ':status': decided.status, 'apns-id': flat['apns-id'] ?? randomUUID(), ...(decided.retryAfter ? { 'retry-after': decided.retryAfter } : {}) })
+      if (decided.body === 'endless') {
+        const chunk = Buffer.alloc(64 * 1024, 0x20)
+        const timer = setInterval(() => { if (!stream.destroyed && !stream.closed) stream.write(chunk) }, 2)
+        stream.on('close', () => clearInterval(timer))
+        stream.on('error', () => clearInterval(timer))
+        return
+      }
       stream.end(decided.reason ? JSON.stringify({ reason: decided.reason }) : undefined)
     })
   })

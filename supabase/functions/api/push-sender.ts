@@ -6,12 +6,51 @@
 // endpoint gets the same address checks as a webhook URL (webhook-sender.ts).
 import webPush from 'web-push'
 import type { ApnsRequest, PushResponse, PushTransport, WebPushRequest } from '../../../functions/lib/push.ts'
+import { BODY_GRACE_MS } from '../../../functions/lib/webhooks.ts'
 import { denoWebhookSender } from './webhook-sender.ts'
 
 export interface VapidKeys {
   publicKey: string
   privateKey: string
   subject: string
+}
+
+/** The most of an APNs answer's body read: its {"reason": …} is a few dozen bytes. */
+const APNS_MAX_BODY_BYTES = 4096
+
+/**
+ * The start of an answer's body: at most APNS_MAX_BODY_BYTES, and only what arrives within
+ * BODY_GRACE_MS of the status; the rest is cancelled. The answer is the status, so a body that
+ * never ends (or a huge one) must neither hold the push until its timeout (then retried: sent
+ * twice) nor fill the function's memory.
+ */
+async function boundedText(response: Response): Promise<string> {
+  if (!response.body) return ''
+  const reader = response.body.getReader()
+  const chunks: Uint8Array[] = []
+  let received = 0
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), BODY_GRACE_MS)))
+  try {
+    while (received < APNS_MAX_BODY_BYTES) {
+      const next = await Promise.race([reader.read(), late])
+      if (next === 'late' || next.done) break
+      chunks.push(next.value.subarray(0, APNS_MAX_BODY_BYTES - received))
+      received += next.value.length
+    }
+  } catch {
+    // the body broke off: what arrived is all there is
+  } finally {
+    clearTimeout(timer)
+    reader.cancel().catch(() => {})
+  }
+  const all = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0))
+  let at = 0
+  for (const c of chunks) {
+    all.set(c, at)
+    at += c.length
+  }
+  return new TextDecoder().decode(all)
 }
 
 export function denoPushTransport(options: { vapid: VapidKeys | null; allowPrivate: boolean }): PushTransport {
@@ -21,7 +60,7 @@ export function denoPushTransport(options: { vapid: VapidKeys | null; allowPriva
     const signal = AbortSignal.timeout(request.timeoutMs)
     try {
       const response = await fetch(request.url, { method: 'POST', headers: request.headers, body: request.body, redirect: 'manual', signal })
-      const text = (await response.text()).slice(0, 4096)
+      const text = await boundedText(response)
       let reason: string | null = null
       try {
         reason = (JSON.parse(text) as { reason?: string }).reason ?? null
