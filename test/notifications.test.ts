@@ -281,6 +281,26 @@ describe('who is not notified', () => {
     expect(pushesTo('dave', from)).toHaveLength(0)
   })
 
+  it('the text shown is the todo or comment as it is now, and only while the recipient may see it', async () => {
+    await member('keeper')
+    const todo = await postTodo('keeper', 'Door code 4711, ask @bob')
+    const c = await comment('keeper', (await postTodo('bob', 'Visiting Friday')).id, 'My number is 555-0100')
+    const textOf = async (type: string) => (await list('bob')).data.find((n) => n.type === type && n.actor?.username === 'keeper')?.text
+    expect(await textOf('mention_todo_create')).toBe('Door code 4711, ask @bob')
+    expect(await textOf('comment_todo_create')).toBe('My number is 555-0100')
+    // Edited away: the notification no longer quotes what its author took back.
+    expect((await world.patch(`/v1/todos/${todo.id}`, { auth: users.keeper!.api_key, json: { body: 'Door code on request, ask @bob' } })).status).toBe(200)
+    expect((await world.patch(`/v1/comments/${c.id}`, { auth: users.keeper!.api_key, json: { body: 'Call me' } })).status).toBe(200)
+    expect(await textOf('mention_todo_create')).toBe('Door code on request, ask @bob')
+    expect(await textOf('comment_todo_create')).toBe('Call me')
+    // keeper turns private: bob may no longer read keeper's todos, nor their notification's text.
+    await world.sql`update app.users set privacy = 'private' where id = ${users.keeper!.id.replace('user_', '')}::uuid`
+    expect((await world.get(`/v1/todos/${todo.id}`, { auth: tokensOf.bob })).status).toBe(404)
+    expect(await textOf('mention_todo_create')).toBeNull()
+    // A comment on bob's own todo stays addressed to bob.
+    expect(await textOf('comment_todo_create')).toBe('Call me')
+  })
+
   it('deleting the cause removes its notification', async () => {
     const todo = await postTodo('dave', 'Refactored the queue')
     const c = await comment('carol', todo.id, 'Looks good')

@@ -818,8 +818,19 @@ begin
   has_more := cardinality(page) > page_limit;
   page := page[1:page_limit];
   return app.page_envelope(
-    (select jsonb_agg(app.notification_json(n, u, base_url) order by array_position(page, n.id))
-     from app.notifications n left join app.users u on u.id = n.actor_id
+    -- The text is what the notification is about as it is now, read as the member (the todos
+    -- and comments policies): an edit shows the edited text, and a todo or comment the member
+    -- may no longer see (its author turned private, a follower removed) shows none. The stored
+    -- excerpt is what the push carried when the notification was written.
+    (select jsonb_agg(app.notification_json(n, u, base_url)
+                      || jsonb_build_object('text', case when n.comment_id is not null then app.notification_excerpt(c.body)
+                                                         when n.todo_id is not null then app.notification_excerpt(t.body)
+                                                         else n.text end)
+                      order by array_position(page, n.id))
+     from app.notifications n
+     left join app.users u on u.id = n.actor_id
+     left join app.todos t on t.id = n.todo_id
+     left join app.comments c on c.id = n.comment_id
      where n.id = any (page)),
     has_more,
     (select count(*) from app.notifications n where n.user_id = me and not n.hidden and (not unread_only or not n.read)),
@@ -828,7 +839,7 @@ begin
 end;
 $$;
 comment on function api.notifications_list(boolean, integer, text) is
-  'GET /v1/notifications: the member''s notifications, newest first (keyset on the partial index), optionally unread only; unread_count counts across all pages. A cursor that is not in the list is 404.';
+  'GET /v1/notifications: the member''s notifications, newest first (keyset on the partial index), optionally unread only; unread_count counts across all pages. A cursor that is not in the list is 404. The text is the todo''s or comment''s current body, through the member''s own policies: edited text as edited, none once the member may no longer see it.';
 grant execute on function api.notifications_list(boolean, integer, text) to authenticated;
 
 create function api.notifications_read()
