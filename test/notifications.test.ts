@@ -502,6 +502,29 @@ describe('APNs delivery', () => {
     expect((await world.sql`select 1 from app.push_deliveries where device_token = ${devices.chatty!}`).length).toBe(0)
   })
 
+  it('a push retried later says what is true then: the edited text, or nothing once its subject is out of sight', async () => {
+    await member('shy')
+    await member('pal')
+    apns.answer((push) => (push.token === devices.pal ? { status: 503, reason: 'ServiceUnavailable' } : { status: 200 }))
+    const from = apns.pushes.length
+    const todo = await postTodo('shy', 'Gate code 1234 for @pal')
+    expect(await drain()).toMatchObject({ retrying: 1 })
+    expect((await world.patch(`/v1/todos/${todo.id}`, { auth: users.shy!.api_key, json: { body: 'Gate code by phone, @pal' } })).status).toBe(200)
+    apns.answer(() => ({ status: 200 }))
+    await new Promise((r) => setTimeout(r, 150))
+    expect(await drain()).toMatchObject({ delivered: 1 })
+    expect(pushesTo('pal', from).map((p) => p.payload.aps.alert.body)).toEqual(['Gate code 1234 for @pal', 'Gate code by phone, @pal'])
+
+    apns.answer((push) => (push.token === devices.pal ? { status: 503, reason: 'ServiceUnavailable' } : { status: 200 }))
+    await postTodo('shy', 'Party at mine, @pal')
+    expect(await drain()).toMatchObject({ retrying: 1 })
+    await world.sql`update app.users set privacy = 'private' where id = ${users.shy!.id.replace('user_', '')}::uuid`
+    apns.answer(() => ({ status: 200 }))
+    await new Promise((r) => setTimeout(r, 150))
+    expect(await drain()).toMatchObject({ delivered: 0, dropped: 1 })
+    expect(pushesTo('pal', from)).toHaveLength(3)
+  })
+
   it('429 and 5xx are retried with backoff until delivered', async () => {
     const from = apns.pushes.length
     let calls = 0

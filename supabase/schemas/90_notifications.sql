@@ -339,20 +339,30 @@ as $$
     returning d.id, d.notification_id, d.device_token, d.web_subscription_id, d.attempts, d.first_attempt_at
   )
   select l.id, l.device_token, dv.apns_environment, w.endpoint, w.p256dh, w.auth,
-         app.to_public_id('notif', n.id), n.type, n.title, n.text, n.url,
+         app.to_public_id('notif', n.id), n.type, n.title,
+         -- The text as it is now (a retry comes hours later: an edit may have taken it back).
+         case when n.comment_id is not null then app.notification_excerpt(c.body)
+              when n.todo_id is not null then app.notification_excerpt(t.body)
+              else n.text end,
+         n.url,
          case when n.todo_id is not null then app.to_public_id('todo', n.todo_id) end,
-         -- Dropped unsent: withdrawn meanwhile, or its type's mobile push turned off since.
+         -- Dropped unsent: withdrawn meanwhile, its type's mobile push turned off since, or what
+         -- it is about out of the recipient's sight now (the triggers' checks, asked again).
          n.hidden or (l.device_token is not null and exists (
-           select 1 from app.notification_preferences p where p.user_id = n.user_id and p.type = n.type and not p.mobile_push_enabled)),
+           select 1 from app.notification_preferences p where p.user_id = n.user_id and p.type = n.type and not p.mobile_push_enabled))
+           or (n.todo_id is not null and not app.can_see_member_content(t.user_id, n.user_id))
+           or (n.comment_id is not null and not app.can_see_comment(t.user_id, c.user_id, n.user_id)),
          (select count(*)::integer from app.notifications u where u.user_id = n.user_id and not u.read and not u.hidden),
          l.attempts, l.first_attempt_at
   from leased l
   join app.notifications n on n.id = l.notification_id
+  left join app.todos t on t.id = n.todo_id
+  left join app.comments c on c.id = n.comment_id
   left join app.devices dv on dv.token = l.device_token
   left join app.web_push_subscriptions w on w.id = l.web_subscription_id
 $$;
 comment on function app.take_push_deliveries(integer, interval) is
-  'The push worker''s claim, as app.take_webhook_deliveries: up to `batch` due deliveries leased for `lease` in one statement that commits at once (sends happen outside any transaction; a worker that dies leaves them due again when the lease ends: at least once). Returns what the push needs: the target, the notification''s display fields, the badge (the recipient''s unread count now), and hidden: true when the push is to be dropped unsent (the notification was withdrawn, or the recipient turned its type''s mobile push off after it was queued).';
+  'The push worker''s claim, as app.take_webhook_deliveries: up to `batch` due deliveries leased for `lease` in one statement that commits at once (sends happen outside any transaction; a worker that dies leaves them due again when the lease ends: at least once). Returns what the push needs: the target, the notification''s display fields, the badge (the recipient''s unread count now), and hidden: true when the push is to be dropped unsent (the notification was withdrawn, the recipient turned its type''s mobile push off after it was queued, or may no longer see the todo or comment it is about). The body is the todo''s or comment''s text as it is at the send, not when queued: a retry hours later must not repeat what an edit took back.';
 
 create function app.record_push_attempt(delivery bigint, outcome text, response_status integer, error text, retry_at timestamptz)
 returns void
