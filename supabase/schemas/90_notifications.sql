@@ -98,11 +98,11 @@ create table app.push_deliveries (
   status              text not null default 'pending' constraint push_deliveries_status_check check (status in ('pending', 'failed')),
   attempts            integer not null default 0,
   next_attempt_at     timestamptz default now(),
-  leased_at           timestamptz,
   first_attempt_at    timestamptz,
   last_status         integer,
   last_error          text,
   created_at          timestamptz not null default now(),
+  leased_at           timestamptz,
   constraint push_deliveries_one_target check (num_nonnulls(device_token, web_subscription_id) = 1)
 );
 comment on table app.push_deliveries is
