@@ -525,6 +525,20 @@ describe('APNs delivery', () => {
     expect(pushesTo('pal', from)).toHaveLength(3)
   })
 
+  it('failed deliveries are kept a week, then pruned: the outbox does not grow with every push that failed', async () => {
+    await member('refused')
+    apns.answer((push) => (push.token === devices.refused ? { status: 400, reason: 'PayloadTooLarge' } : { status: 200 }))
+    await comment('alice', (await postTodo('refused', 'First')).id, 'One')
+    await comment('alice', (await postTodo('refused', 'Second')).id, 'Two')
+    expect(await drain()).toMatchObject({ failed: 2 })
+    const failed = await world.sql<{ id: string }[]>`select id from app.push_deliveries where device_token = ${devices.refused!} and status = 'failed' order by id`
+    expect(failed).toHaveLength(2)
+    await world.sql`update app.push_deliveries set created_at = now() - interval '8 days' where id = ${failed[0]!.id}`
+    await drain()
+    const left = await world.sql<{ id: string }[]>`select id from app.push_deliveries where device_token = ${devices.refused!} order by id`
+    expect(left.map((r) => r.id)).toEqual([failed[1]!.id])
+  })
+
   it('429 and 5xx are retried with backoff until delivered', async () => {
     const from = apns.pushes.length
     let calls = 0

@@ -66,6 +66,8 @@ export const PUSH_RETRY_SCHEDULE_MS = [5_000, 30_000, 120_000, 600_000, 1_800_00
 /** A push still failing a day after its first attempt is given up: it would arrive stale. */
 export const PUSH_GIVE_UP_AFTER_MS = 24 * 3_600_000
 export const PUSH_TIMEOUT_MS = 10_000
+/** Failed deliveries are pruned after this many days (app.prune_push_deliveries). */
+export const PUSH_FAILED_KEPT_DAYS = 7
 /** Provider tokens are renewed after this long (Apple: between 20 and 60 minutes). */
 export const PROVIDER_TOKEN_REFRESH_MS = 40 * 60_000
 
@@ -287,6 +289,9 @@ export async function drainPush(
     }
   }
 
+  // Failed deliveries are kept a week for the operator, then go: the outbox must not grow with
+  // every push that could not be sent.
+  await sql`select app.prune_push_deliveries(make_interval(days => ${PUSH_FAILED_KEPT_DAYS}), 1000)`
   await Promise.all(Array.from({ length: lanes }, () => lane()))
   return result
 }

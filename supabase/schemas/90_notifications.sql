@@ -106,13 +106,15 @@ create table app.push_deliveries (
   constraint push_deliveries_one_target check (num_nonnulls(device_token, web_subscription_id) = 1)
 );
 comment on table app.push_deliveries is
-  'The push outbox: one row per (notification, device or web subscription), written with the notification; the worker leases due rows (app.take_push_deliveries), sends them outside any transaction, and deletes them once sent. A row that keeps failing is marked failed. Gone with its notification, device or subscription.';
+  'The push outbox: one row per (notification, device or web subscription), written with the notification; the worker leases due rows (app.take_push_deliveries), sends them outside any transaction, and deletes them once sent. A row that keeps failing is marked failed, kept a week for the operator to see why (app.prune_push_deliveries), and gone with its notification, device or subscription.';
 comment on column app.push_deliveries.leased_at is
   'When a worker last claimed it (app.take_push_deliveries): an answer that the token is dead (410) deletes the device only if it was not registered again after this, as Apple asks (a token re-registered while the 410 was in flight is live).';
 create index push_deliveries_notification_id_idx on app.push_deliveries (notification_id);
 create index push_deliveries_device_token_idx on app.push_deliveries (device_token) where (device_token is not null);
 create index push_deliveries_web_subscription_id_idx on app.push_deliveries (web_subscription_id) where (web_subscription_id is not null);
 create index push_deliveries_due_idx on app.push_deliveries (next_attempt_at) where (status = 'pending');
+-- Pruning failed deliveries by age (app.prune_push_deliveries).
+create index push_deliveries_failed_idx on app.push_deliveries (created_at) where (status = 'failed');
 
 create table app.apns_provider_tokens (
   key_id    text,
@@ -402,6 +404,25 @@ end;
 $$;
 comment on function app.record_push_attempt(bigint, text, integer, text, timestamptz) is
   'Records one push attempt the worker made: delivered or dropped (hidden meanwhile) deletes the delivery; unregistered deletes the device token (unless it was registered again after the push was claimed, leased_at) or web subscription, and the delivery; retry keeps it pending until retry_at; failed keeps it as failed (a permanent refusal, or retries given up).';
+
+create function app.prune_push_deliveries(older_than interval, batch integer)
+returns integer
+language sql
+volatile
+security definer
+set search_path = ''
+as $$
+  with gone as (
+    delete from app.push_deliveries d
+    where d.id in (select f.id from app.push_deliveries f
+                   where f.status = 'failed' and f.created_at < now() - older_than
+                   order by f.created_at limit batch)
+    returning 1
+  )
+  select count(*)::integer from gone
+$$;
+comment on function app.prune_push_deliveries(interval, integer) is
+  'Deletes up to `batch` failed push deliveries older than `older_than` (the worker asks once per drain: a week, 1000). Without it every push that could not be sent (APNs not configured, a permanent refusal, a day of failures) stayed forever, so the outbox grew with every notification times the recipient''s devices. Security definer: the worker''s role reads the outbox through definer functions only; one index range scan on the partial index of failed rows.';
 
 create function app.store_apns_provider_token(key_id text, team_id text, token text, refresh_after interval)
 returns text
