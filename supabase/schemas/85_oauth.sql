@@ -180,16 +180,31 @@ $$;
 comment on function app.oauth_token_json(app.oauth_clients, app.oauth_tokens) is
   'What the HTTP side needs to sign a newly issued access token with exactly the claims app.authenticate and Realtime expect (sub, jti, scope, client_id, first_party, chat) and to answer RFC 6749 section 5.1.';
 
-create function app.oauth_revoke_family(family uuid)
+create function app.oauth_lock_family(family uuid)
 returns void
 language sql
 volatile
 set search_path = ''
 as $$
-  update app.oauth_tokens t set revoked_at = now() where t.family_id = family and t.revoked_at is null
+  select pg_advisory_xact_lock(hashtextextended('app.oauth_family ' || family::text, 0))
+$$;
+comment on function app.oauth_lock_family(uuid) is
+  'Serializes what adds to a grant''s family (a refresh) and what revokes it, until commit. Without it a revocation''s UPDATE, whose snapshot predates a concurrent refresh''s insert, would miss the token that refresh issues, and that token (a thief''s, refreshing from another address while the app revokes or replays) would outlive the revocation. Taken before any row lock of the family, so the two never wait for each other in a cycle.';
+
+create function app.oauth_revoke_family(family uuid)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  perform app.oauth_lock_family(family);
+  -- A statement after the lock: its snapshot includes every token a refresh of this family committed.
+  update app.oauth_tokens t set revoked_at = now() where t.family_id = family and t.revoked_at is null;
+end;
 $$;
 comment on function app.oauth_revoke_family(uuid) is
-  'Revokes every access and refresh token of one grant: what revocation, a replayed code and a replayed refresh token all do. Live access tokens stop at once (app.authenticate, the realtime sweep).';
+  'Revokes every access and refresh token of one grant: what revocation, a replayed code and a replayed refresh token all do. Live access tokens stop at once (app.authenticate, the realtime sweep). Holds the family''s lock (app.oauth_lock_family), so a refresh running at the same time either finishes first and its new token is revoked here, or starts after and finds its refresh token revoked.';
 
 -- ============================================================================
 -- Row-level security and grants
@@ -388,6 +403,10 @@ begin
   if client.id is null then
     failure := app.oauth_error('invalid_client', 'Client authentication failed: unknown client, wrong secret, or a secret from a public client.', 401);
   else
+    -- The family's lock before the row's (as app.oauth_revoke_family takes it): a revocation of
+    -- the family that began first has committed when the row is read below, and one that begins
+    -- later waits for this refresh and then revokes what it issues.
+    perform app.oauth_lock_family(t.family_id) from app.oauth_tokens t where t.refresh_token_hash = decode(refresh_hash, 'hex');
     select * into old from app.oauth_tokens t where t.refresh_token_hash = decode(refresh_hash, 'hex') for update;
     if old.jti is null or old.client_id <> client.id then
       failure := app.oauth_error('invalid_grant', 'The refresh token is not valid.');
@@ -426,7 +445,7 @@ begin
 end;
 $$;
 comment on function app.oauth_refresh(text, text, text, text, text[], uuid, text, integer) is
-  'POST /oauth/token, grant_type=refresh_token: rotation. The presented refresh token (this client''s, live, at most 90 days old, row-locked) is spent and a new access and refresh token of the same family issued, with the same scopes or fewer (invalid_scope for more). A spent refresh token presented again revokes the whole family, live access tokens included. The previous access token stays valid until it expires (revoke it to end it sooner). oauth_refresh bounds the tokens a member''s refreshes write per hour (counting every token of the member).';
+  'POST /oauth/token, grant_type=refresh_token: rotation. The presented refresh token (this client''s, live, at most 90 days old; its family locked against a concurrent revocation, then its row locked) is spent and a new access and refresh token of the same family issued, with the same scopes or fewer (invalid_scope for more). A spent refresh token presented again revokes the whole family, live access tokens included. The previous access token stays valid until it expires (revoke it to end it sooner). oauth_refresh bounds the tokens a member''s refreshes write per hour (counting every token of the member).';
 
 create function app.oauth_introspect(presented_client_id text, presented_secret_hash text, requester text, token_jti uuid, refresh_hash text)
 returns jsonb

