@@ -118,3 +118,26 @@ describe('rotation and revocation at once', () => {
     }
   })
 })
+
+describe('limits one app could spend for the others', () => {
+  it('an app refreshing as fast as the limit allows does not stop the member’s other apps from refreshing', { timeout: 60_000 }, async () => {
+    const greedy = await register()
+    const other = await register()
+    const otherTokens = await grant(other)
+    let tokens = await grant(greedy)
+    const greedyAuth = { authorization: basic(greedy.client_id, greedy.client_secret!) }
+    let limited: Response | null = null
+    for (let i = 0; i < 250 && !limited; i++) {
+      const answer = await form('/oauth/token', { grant_type: 'refresh_token', refresh_token: tokens.refresh_token }, greedyAuth)
+      if (answer.status === 200) tokens = (await answer.json()) as Tokens
+      else limited = answer
+    }
+    // The greedy app meets oauth_refresh (200 tokens an hour) ...
+    expect(limited?.status).toBe(429)
+    expect(await limited!.json()).toMatchObject({ error: 'temporarily_unavailable' })
+    // ... and the member's other app, which refreshed nothing yet, still can.
+    const answer = await form('/oauth/token', { grant_type: 'refresh_token', refresh_token: otherTokens.refresh_token },
+      { authorization: basic(other.client_id, other.client_secret!) })
+    expect(answer.status, await answer.clone().text()).toBe(200)
+  })
+})

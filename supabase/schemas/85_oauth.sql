@@ -427,13 +427,15 @@ begin
     return failure;
   end if;
 
-  -- Every refresh writes a row: bounded per member like every write that grows a table
-  -- (counted from the member's tokens themselves, by the user_id index).
+  -- Every refresh writes a row: bounded like every write that grows a table, per member and
+  -- app (counted from the tokens themselves, by the user_id index). Per app, not per member: one
+  -- app refreshing as fast as the limit allows must not stop the member's other apps from
+  -- refreshing (their access tokens expire in 15 minutes).
   select * into rule from app.rate_limits r where r.action = 'oauth_refresh';
-  perform pg_advisory_xact_lock(hashtextextended('app.oauth_refresh ' || old.user_id::text, 0));
-  select count(*) into seen from app.oauth_tokens t where t.user_id = old.user_id and t.created_at > now() - rule.per;
+  perform pg_advisory_xact_lock(hashtextextended('app.oauth_refresh ' || old.user_id::text || ' ' || client.id::text, 0));
+  select count(*) into seen from app.oauth_tokens t where t.user_id = old.user_id and t.client_id = client.id and t.created_at > now() - rule.per;
   if seen >= rule.max_events then
-    return app.oauth_error('temporarily_unavailable', format('Too many tokens: at most %s per hour for one member.', rule.max_events), 429, 60);
+    return app.oauth_error('temporarily_unavailable', format('Too many tokens: at most %s per hour for one member and app.', rule.max_events), 429, 60);
   end if;
 
   update app.oauth_tokens t set refreshed_at = now() where t.jti = old.jti;
@@ -445,7 +447,7 @@ begin
 end;
 $$;
 comment on function app.oauth_refresh(text, text, text, text, text[], uuid, text, integer) is
-  'POST /oauth/token, grant_type=refresh_token: rotation. The presented refresh token (this client''s, live, at most 90 days old; its family locked against a concurrent revocation, then its row locked) is spent and a new access and refresh token of the same family issued, with the same scopes or fewer (invalid_scope for more). A spent refresh token presented again revokes the whole family, live access tokens included. The previous access token stays valid until it expires (revoke it to end it sooner). oauth_refresh bounds the tokens a member''s refreshes write per hour (counting every token of the member).';
+  'POST /oauth/token, grant_type=refresh_token: rotation. The presented refresh token (this client''s, live, at most 90 days old; its family locked against a concurrent revocation, then its row locked) is spent and a new access and refresh token of the same family issued, with the same scopes or fewer (invalid_scope for more). A spent refresh token presented again revokes the whole family, live access tokens included. The previous access token stays valid until it expires (revoke it to end it sooner). oauth_refresh bounds the tokens a member''s refreshes write per hour for each app (counting every token of the member and app, so one app cannot spend the limit of the others).';
 
 create function app.oauth_introspect(presented_client_id text, presented_secret_hash text, requester text, token_jti uuid, refresh_hash text)
 returns jsonb
