@@ -141,3 +141,58 @@ describe('limits one app could spend for the others', () => {
     expect(answer.status, await answer.clone().text()).toBe(200)
   })
 })
+
+describe('malformed input at every endpoint', () => {
+  it('NUL bytes and other garbage: RFC 6749 section 5.2 at the token, introspection and revocation endpoints, an HTML error page at the pages', async () => {
+    const client = await register()
+    const auth = { authorization: basic(client.client_id, client.client_secret!) }
+    const rfcCases: [string, string, Record<string, string>][] = [
+      ['/oauth/token', 'grant_type=refresh_token&refresh_token=x&client_id=a%00b', {}],
+      ['/oauth/token', 'grant_type=authorization_code&code=x&redirect_uri=https%3A%2F%2Fapp.example%2F%00', auth],
+      ['/oauth/token', 'grant_type=refresh_token&refresh_token=x%00', auth],
+      ['/oauth/token', 'grant_type=refresh_token&refresh_token=x', { authorization: basic('a\0b', 'c') }],
+      ['/oauth/introspect', 'token=x&client_id=a%00', {}],
+      ['/oauth/revoke', 'token=x&client_id=a%00', {}],
+    ]
+    for (const [path, body, headers] of rfcCases) {
+      const answer = await form(path, body, headers)
+      expect(answer.status, `${path} ${body}`).toBeGreaterThanOrEqual(400)
+      expect(answer.status, `${path} ${body}`).toBeLessThan(500)
+      expect(answer.headers.get('cache-control'), path).toBe('no-store')
+      expect(await answer.json(), `${path} ${body}`).toMatchObject({ error: expect.stringMatching(/^(invalid_request|invalid_client)$/), error_description: expect.any(String) })
+    }
+    const pageCases: [string, RequestInit][] = [
+      ['/oauth/authorize?response_type=code&client_id=a%00&redirect_uri=x', {}],
+      [`/oauth/authorize?response_type=code&client_id=${client.client_id}&redirect_uri=${encodeURIComponent(REDIRECT)}&state=%00`, {}],
+      ['/oauth/login', { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'code=x&authorize=client_id%3Da%2500' }],
+      ['/oauth/login', { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'code=x%00&authorize=' }],
+      ['/oauth/login', { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `code=${'x'.repeat(20_000)}` }],
+    ]
+    for (const [path, init] of pageCases) {
+      const answer = await fetch(`${world.baseUrl}${path}`, { redirect: 'manual', ...init })
+      expect(answer.status, path).toBeGreaterThanOrEqual(400)
+      expect(answer.status, path).toBeLessThan(500)
+      expect(answer.headers.get('content-type'), path).toMatch(/^text\/html/)
+      expect(answer.headers.get('content-security-policy'), path).toContain("default-src 'none'")
+      expect(await answer.text(), path).toContain('This sign-in link does not work')
+    }
+  })
+
+  it('every JSON answer of the endpoints apps call carries Cache-Control: no-store and Pragma: no-cache', async () => {
+    const client = await register()
+    const auth = { authorization: basic(client.client_id, client.client_secret!) }
+    const tokens = await grant(client)
+    const answers = [
+      await form('/oauth/token', { grant_type: 'refresh_token', refresh_token: tokens.refresh_token }, auth),
+      await form('/oauth/token', { grant_type: 'refresh_token', refresh_token: 'unknown' }, auth),
+      await form('/oauth/introspect', { token: tokens.access_token }, auth),
+      await form('/oauth/revoke', { token: 'unknown' }, auth),
+      await form('/oauth/token', `grant_type=refresh_token&refresh_token=${'a'.repeat(20_000)}`, auth),
+      await fetch(`${world.baseUrl}/oauth/token/info`, { headers: { authorization: 'Bearer nothing' } }),
+    ]
+    for (const answer of answers) {
+      expect(answer.headers.get('cache-control'), `${answer.url} ${answer.status}`).toBe('no-store')
+      expect(answer.headers.get('pragma'), `${answer.url} ${answer.status}`).toBe('no-cache')
+    }
+  })
+})

@@ -13,6 +13,7 @@ import type { Context } from 'hono'
 import { bodyLimit } from 'hono/body-limit'
 import { jwtVerify } from 'jose'
 import type { AppEnv } from '../lib/context.ts'
+import { describeError } from '../lib/errors.ts'
 import { randomToken, sha256Hex, signAccessToken, verifyAccessToken } from '../lib/tokens.ts'
 import { PAGE_HEADERS, consentPage, errorPage, signInPage } from './pages.ts'
 
@@ -71,10 +72,20 @@ async function readForm(c: OAuthContext): Promise<URLSearchParams | OAuthFailure
     return { error: 'invalid_request', error_description: 'The body must be application/x-www-form-urlencoded.' }
   }
   const form = new URLSearchParams(await c.req.text())
-  const names = [...form.keys()]
-  const repeated = names.find((name, i) => names.indexOf(name) !== i)
-  if (repeated) return { error: 'invalid_request', error_description: `The parameter ${repeated} is sent more than once.` }
+  const seen = new Set<string>()
+  for (const [name, value] of form) {
+    // PostgreSQL's text takes no NUL: refused here, as the protocol's error, not the database's.
+    if (name.includes('\0') || value.includes('\0')) return { error: 'invalid_request', error_description: 'A parameter contains a NUL character.' }
+    if (seen.has(name)) return { error: 'invalid_request', error_description: `The parameter ${name} is sent more than once.` }
+    seen.add(name)
+  }
   return form
+}
+
+/** Whether any parameter of an authorization request (the query, or the sign-in form's `authorize`) holds a NUL character. */
+function hasNul(params: URLSearchParams): boolean {
+  for (const [name, value] of params) if (name.includes('\0') || value.includes('\0')) return true
+  return false
 }
 
 interface ClientCredentials {
@@ -108,6 +119,7 @@ async function clientCredentials(c: OAuthContext, form: URLSearchParams): Promis
     } catch {
       return invalid('The Basic credentials are not form-urlencoded.')
     }
+    if (clientId.includes('\0') || secret.includes('\0')) return invalid('The Basic credentials contain a NUL character.')
   }
   if (!clientId) return invalid('Client authentication is required: client_id (and client_secret for confidential clients).')
   return { clientId, secretHash: secret === null || secret === '' ? null : await sha256Hex(secret) }
@@ -266,6 +278,7 @@ async function sessionHash(c: OAuthContext): Promise<string | null> {
 }
 
 async function showAuthorize(c: OAuthContext, params: URLSearchParams, signInError?: string, status = 200): Promise<Response> {
+  if (hasNul(params)) return page(c, errorPage('The request contains a NUL character.'), 400)
   const context = await call<AuthorizeContext>(c, 'app.oauth_authorize_context', [params.get('client_id') ?? '', await sessionHash(c)])
   const check = checkAuthorizeRequest(params, context.client)
   if (check.kind === 'page') return page(c, errorPage(check.message), 400)
@@ -294,10 +307,30 @@ async function supabaseSessionMember(secret: string, token: string): Promise<str
 
 export const oauth = new Hono<AppEnv>()
 
+/** The browser's routes, which answer HTML pages; every other OAuth route answers RFC 6749 JSON. */
+function isPage(c: OAuthContext): boolean {
+  return /\/oauth\/(authorize|login)$/.test(new URL(c.req.url).pathname)
+}
+
 oauth.use('/oauth/*', bodyLimit({
   maxSize: MAX_OAUTH_BODY_BYTES,
-  onError: (c) => c.json({ error: 'invalid_request', error_description: `The request body is larger than ${MAX_OAUTH_BODY_BYTES} bytes.` }, 413, { connection: 'close' }),
+  onError: (c) => {
+    const description = `The request body is larger than ${MAX_OAUTH_BODY_BYTES} bytes.`
+    if (isPage(c)) return page(c, errorPage(description), 413, { connection: 'close' })
+    return c.json({ error: 'invalid_request', error_description: description }, 413, { connection: 'close', 'cache-control': 'no-store', pragma: 'no-cache' })
+  },
 }))
+
+// Whatever else fails (a value the database refuses, a bug) is answered in the endpoint's own
+// shape, an error page or RFC 6749 section 5.2, never the /v1 contract's; details only in the log.
+oauth.onError((err, c) => {
+  const { status } = describeError(err, c.var.deps.upgradeUrl)
+  if (status >= 500) console.error(err)
+  if (isPage(c)) return page(c, errorPage(status >= 500 ? 'Something went wrong on our side. Try again from the application.' : 'The request could not be read.'), status >= 500 ? 500 : 400)
+  return oauthError(c, status >= 500
+    ? { error: 'server_error', error_description: 'Something went wrong on our side.', status: 500 }
+    : { error: 'invalid_request', error_description: 'The request could not be read.' })
+})
 
 oauth.get('/oauth/authorize', async (c) => showAuthorize(c, new URL(c.req.url).searchParams))
 
@@ -306,6 +339,7 @@ oauth.post('/oauth/login', async (c) => {
   const form = await readForm(c)
   if (!(form instanceof URLSearchParams)) return page(c, errorPage('The sign-in form could not be read.'), 400)
   const authorize = new URLSearchParams(form.get('authorize') ?? '')
+  if (hasNul(authorize)) return page(c, errorPage('The request contains a NUL character.'), 400)
   const code = form.get('code')?.trim() ?? ''
   const supabaseToken = form.get('supabase_access_token')
   let memberId: string | null = null
@@ -428,7 +462,7 @@ oauth.post('/oauth/revoke', async (c) => {
   const result = await call<Partial<OAuthFailure>>(c, 'app.oauth_revoke', [client.clientId, client.secretHash, clientAddress(c), jti, refreshHash])
   if (result.error) return oauthError(c, result as OAuthFailure)
   // RFC 7009 section 2.2: 200 whether or not there was anything to revoke.
-  return c.body(null, 200, { 'cache-control': 'no-store' })
+  return c.body(null, 200, { 'cache-control': 'no-store', pragma: 'no-cache' })
 })
 
 oauth.get('/oauth/token/info', async (c) => {
@@ -440,9 +474,10 @@ oauth.get('/oauth/token/info', async (c) => {
     return c.json({ error: 'invalid_token', error_description: 'The access token is missing, expired, revoked or not ours.' }, 401, {
       'www-authenticate': token ? 'Bearer error="invalid_token"' : 'Bearer',
       'cache-control': 'no-store',
+      pragma: 'no-cache',
     })
   }
-  return c.json(info, 200, { 'cache-control': 'no-store' })
+  return c.json(info, 200, { 'cache-control': 'no-store', pragma: 'no-cache' })
 })
 
 oauth.get('/.well-known/oauth-authorization-server', (c) => c.json(authorizationServerMetadata(c.var.deps.publicUrl)))
