@@ -3,8 +3,9 @@
 // could spend for the others, and malformed input answered in the protocol's own shapes.
 import { request } from 'node:http'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type TestWorld, startWorld } from './support/app.ts'
-import { type AuthorizeParams, type Browserless, browserless, consent, signIn } from './support/oauth.ts'
+import { createApp } from '../functions/app.ts'
+import { JWT_SECRET, type TestWorld, startWorld } from './support/app.ts'
+import { type AuthorizeParams, type Browserless, authorizeQuery, browserless, consent, signIn } from './support/oauth.ts'
 
 const REDIRECT = 'https://app.example/callback'
 
@@ -194,5 +195,30 @@ describe('malformed input at every endpoint', () => {
       expect(answer.headers.get('cache-control'), `${answer.url} ${answer.status}`).toBe('no-store')
       expect(answer.headers.get('pragma'), `${answer.url} ${answer.status}`).toBe('no-cache')
     }
+  })
+})
+
+describe('the session cookie under https', () => {
+  it('is __Secure- prefixed, so a network attacker on plain http cannot plant a session of theirs (login CSRF by cookie)', async () => {
+    const client = await register()
+    const params = { client_id: client.client_id, redirect_uri: REDIRECT }
+    const app = createApp({ sql: world.sql, publicUrl: 'https://todo.example/functions/v1/api', jwtSecret: JWT_SECRET, upgradeUrl: 'https://todo.example/upgrade', storage: {} as never })
+    // The attacker signs in as themselves and keeps the session id.
+    const { code } = await world.admin('login-code', '--user', 'alice')
+    const login = await app.request('/oauth/login', {
+      method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', origin: 'https://todo.example' },
+      body: new URLSearchParams({ code, authorize: authorizeQuery(params) }).toString(),
+    })
+    expect(login.status).toBe(303)
+    const cookie = login.headers.get('set-cookie')!
+    // A name only a secure origin may set (RFC 6265bis section 4.1.3.1): an http:// answer cannot plant it.
+    expect(cookie).toMatch(/^__Secure-oauth_session=[A-Za-z0-9_-]{43}; Path=\/functions\/v1\/api\/oauth; Max-Age=43200; HttpOnly; SameSite=Lax; Secure$/)
+    const id = cookie.split(';')[0]!.split('=')[1]!
+    const authorize = (cookieHeader: string) => app.request(`/oauth/authorize?${authorizeQuery(params)}`, { headers: { cookie: cookieHeader } })
+    expect(await (await authorize(`__Secure-oauth_session=${id}`)).text()).toContain('csrf_token')
+    // What a network attacker can plant over http:// (a name without the prefix) signs nobody in.
+    const planted = await (await authorize(`oauth_session=${id}`)).text()
+    expect(planted).not.toContain('csrf_token')
+    expect(planted).toContain('One-time sign-in code')
   })
 })

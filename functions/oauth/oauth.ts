@@ -31,7 +31,15 @@ export const CODE_SECONDS = 120
 export const SESSION_SECONDS = 12 * 3600
 /** The largest form the OAuth endpoints read: their parameters are a few hundred bytes. */
 export const MAX_OAUTH_BODY_BYTES = 16 * 1024
-const SESSION_COOKIE = 'oauth_session'
+/**
+ * The session cookie's name: `__Secure-oauth_session` under https, which browsers accept only
+ * from a secure origin with Secure set (RFC 6265bis section 4.1.3.1). Without the prefix a
+ * network attacker answering a plain-http request for our host could plant their own session
+ * in the victim's browser (login CSRF by cookie): the server cannot tell who set a cookie.
+ */
+function sessionCookieName(c: OAuthContext): string {
+  return new URL(c.var.deps.publicUrl).protocol === 'https:' ? '__Secure-oauth_session' : 'oauth_session'
+}
 /** RFC 7636 section 4.1: 43 to 128 unreserved characters. */
 const CODE_VERIFIER = /^[A-Za-z0-9\-._~]{43,128}$/
 /** BASE64URL of a SHA-256: 43 characters. */
@@ -190,7 +198,7 @@ function cookieValue(c: OAuthContext, name: string): string | null {
 function sessionCookie(c: OAuthContext, value: string, maxAge: number): string {
   const base = new URL(c.var.deps.publicUrl)
   const path = `${base.pathname.replace(/\/+$/, '')}/oauth`
-  return `${SESSION_COOKIE}=${value}; Path=${path}; Max-Age=${maxAge}; HttpOnly; SameSite=Lax${base.protocol === 'https:' ? '; Secure' : ''}`
+  return `${sessionCookieName(c)}=${value}; Path=${path}; Max-Age=${maxAge}; HttpOnly; SameSite=Lax${base.protocol === 'https:' ? '; Secure' : ''}`
 }
 
 /** The consent form's CSRF token: an HMAC of the session id, so only a page served to this session carries it. */
@@ -273,7 +281,7 @@ function authorizeQuery(params: URLSearchParams): string {
 }
 
 async function sessionHash(c: OAuthContext): Promise<string | null> {
-  const session = cookieValue(c, SESSION_COOKIE)
+  const session = cookieValue(c, sessionCookieName(c))
   return session ? await sha256Hex(session) : null
 }
 
@@ -291,7 +299,7 @@ async function showAuthorize(c: OAuthContext, params: URLSearchParams, signInErr
     const value = params.get(name)
     if (value !== null) fields[name] = value
   }
-  const csrf = csrfToken(c.var.deps.jwtSecret, cookieValue(c, SESSION_COOKIE)!)
+  const csrf = csrfToken(c.var.deps.jwtSecret, cookieValue(c, sessionCookieName(c))!)
   return page(c, consentPage({ appName: check.client.name, username: context.member.username, scopes: check.scopes, fields, csrf }))
 }
 
@@ -368,7 +376,7 @@ oauth.post('/oauth/authorize', async (c) => {
   if (foreignOrigin(c)) return page(c, errorPage('This form may only be sent from our own consent page.'), 403)
   const form = await readForm(c)
   if (!(form instanceof URLSearchParams)) return page(c, errorPage('The consent form could not be read.'), 400)
-  const session = cookieValue(c, SESSION_COOKIE)
+  const session = cookieValue(c, sessionCookieName(c))
   const presented = form.get('csrf_token') ?? ''
   if (!session || !sameText(presented, csrfToken(c.var.deps.jwtSecret, session))) {
     return page(c, errorPage('Your session has ended or this form did not come from our consent page. Start again from the application.'), 403)
