@@ -222,3 +222,33 @@ describe('the session cookie under https', () => {
     expect(planted).toContain('One-time sign-in code')
   })
 })
+
+describe('failures of others at one address', () => {
+  it('do not lock out a confidential client that authenticates: its failures count against it, not its address', async () => {
+    await world.sql`delete from app.keyed_rate_limit_counters`
+    const victim = await register()
+    const victimAuth = { authorization: basic(victim.client_id, victim.client_secret!) }
+    const tokens = await grant(victim)
+    // A stranger behind the same address (a shared egress, or a spoofed X-Forwarded-For on the
+    // edge) fails 60 times with a public client_id, which anyone may send.
+    const stranger = await register('--public')
+    for (let i = 0; i < 60; i++) {
+      expect((await form('/oauth/token', { grant_type: 'refresh_token', refresh_token: `guess-${i}`, client_id: stranger.client_id })).status).toBe(400)
+    }
+    expect((await form('/oauth/token', { grant_type: 'refresh_token', refresh_token: 'guess', client_id: stranger.client_id })).status).toBe(429)
+    expect((await form('/oauth/token', { grant_type: 'refresh_token', refresh_token: 'guess' }, { authorization: basic(victim.client_id, 'wrong') })).status).toBe(429)
+    // The confidential client proves who it is and goes on working.
+    const refreshed = await form('/oauth/token', { grant_type: 'refresh_token', refresh_token: tokens.refresh_token }, victimAuth)
+    expect(refreshed.status, await refreshed.clone().text()).toBe(200)
+    const next = (await refreshed.json()) as Tokens
+    expect((await form('/oauth/introspect', { token: next.access_token }, victimAuth)).status).toBe(200)
+    // Its own failures are still limited, against it alone.
+    for (let i = 0; i < 60; i++) expect((await form('/oauth/token', { grant_type: 'refresh_token', refresh_token: `mine-${i}` }, victimAuth)).status).toBe(400)
+    const limited = await form('/oauth/token', { grant_type: 'refresh_token', refresh_token: next.refresh_token }, victimAuth)
+    expect(limited.status).toBe(429)
+    expect(await limited.json()).toMatchObject({ error: 'temporarily_unavailable' })
+    const other = await register()
+    expect((await form('/oauth/introspect', { token: 'x' }, { authorization: basic(other.client_id, other.client_secret!) })).status).toBe(200)
+    await world.sql`delete from app.keyed_rate_limit_counters`
+  })
+})

@@ -73,7 +73,7 @@ create table app.keyed_rate_limit_counters (
   constraint keyed_rate_limit_counters_pkey primary key (action, subject, window_start)
 );
 comment on table app.keyed_rate_limit_counters is
-  'Like app.rate_limit_counters, for limits whose subject is not a member: failed sign-ins and failed token requests per client address, before anyone is known. Same sliding window (buckets of a tenth of the period), thresholds in app.rate_limits.';
+  'Like app.rate_limit_counters, for limits whose subject is not a member: failed sign-ins and failed token requests per client address, before anyone is known (or per confidential client once it authenticated, app.oauth_failure_subject). Same sliding window (buckets of a tenth of the period), thresholds in app.rate_limits.';
 
 -- ============================================================================
 -- Helpers
@@ -94,7 +94,11 @@ begin
   if rule.action is null then
     raise exception 'unknown rate-limited action %', limited_action;
   end if;
-  perform pg_advisory_xact_lock(hashtextextended('app.keyed_rate_limit ' || rule.action || ' ' || limited_subject, 0));
+  if record then
+    -- Only a recording call queues: checks alone (every request, successful ones included) never
+    -- wait for each other, so one subject's requests are not serialized until commit.
+    perform pg_advisory_xact_lock(hashtextextended('app.keyed_rate_limit ' || rule.action || ' ' || limited_subject, 0));
+  end if;
   select coalesce(sum(c.events), 0)::integer into seen
   from app.keyed_rate_limit_counters c
   where c.action = rule.action and c.subject = limited_subject and c.last_at > now() - rule.per;
@@ -121,7 +125,7 @@ begin
 end;
 $$;
 comment on function app.keyed_rate_limit(text, text, boolean) is
-  'The sliding-window limit of app.hit_rate_limit for a subject that is not a member (a client address): returns the seconds to wait when the subject is at its limit, else 0, and counts one event when `record`. Returns instead of raising, because the callers answer in RFC 6749''s error shape and the counted failure must commit with that answer. Asked once without recording before the work (refuse early), once recording after a failure: only failures count. Serialized per action and subject by an advisory lock held to commit.';
+  'The sliding-window limit of app.hit_rate_limit for a subject that is not a member (a client address): returns the seconds to wait when the subject is at its limit, else 0, and counts one event when `record`. Returns instead of raising, because the callers answer in RFC 6749''s error shape and the counted failure must commit with that answer. Asked once without recording before the work (refuse early), once recording after a failure: only failures count. Recording is serialized per action and subject by an advisory lock held to commit; a check alone takes no lock (it may miss a failure committing at that moment), so the successful requests of one address or client do not queue behind each other.';
 
 create function app.oauth_error(code text, description text, status integer default 400, retry_after integer default null)
 returns jsonb
@@ -148,6 +152,17 @@ as $$
 $$;
 comment on function app.oauth_authenticate_client(text, text) is
   'The client, when the credentials authenticate it: a confidential client by its secret (compared as SHA-256 hashes, so the comparison''s timing tells nothing about the secret), a public client by presenting none (it has none; PKCE protects its codes). A public client sending a secret is refused too: it is not who it claims. Null row otherwise (invalid_client).';
+
+create function app.oauth_failure_subject(client app.oauth_clients, requester text)
+returns text
+language sql
+immutable
+set search_path = ''
+as $$
+  select case when client.id is not null and client.secret_hash is not null then 'client ' || client.client_id else requester end
+$$;
+comment on function app.oauth_failure_subject(app.oauth_clients, text) is
+  'Whom the failed-request limit (oauth_token_failure) counts against: a confidential client that authenticated with its secret, by its client_id; anyone else (a failed client authentication, a public client, whose client_id anyone may send) by client address. So strangers failing at an address a confidential client shares (a cloud egress, or a spoofed X-Forwarded-For on the edge) cannot lock that client out, and its own failures limit only itself.';
 
 create function app.oauth_pkce_matches(code_challenge text, code_verifier text)
 returns boolean
@@ -337,13 +352,18 @@ declare
   grant_row app.oauth_authorization_codes;
   token app.oauth_tokens;
   wait_seconds integer;
+  subject text;
   failure jsonb;
 begin
-  wait_seconds := app.keyed_rate_limit('oauth_token_failure', requester, false);
-  if wait_seconds > 0 then
-    return app.oauth_error('temporarily_unavailable', format('Too many failed token requests from your address. Try again in %s seconds.', wait_seconds), 429, wait_seconds);
-  end if;
+  -- Client authentication first: the limit counts a confidential client's failures against it,
+  -- everyone else's against their address (app.oauth_failure_subject).
   client := app.oauth_authenticate_client(presented_client_id, presented_secret_hash);
+  subject := app.oauth_failure_subject(client, requester);
+  wait_seconds := app.keyed_rate_limit('oauth_token_failure', subject, false);
+  if wait_seconds > 0 then
+    return app.oauth_error('temporarily_unavailable', format('Too many failed token requests from your %s. Try again in %s seconds.',
+                                                             case when subject = requester then 'address' else 'client' end, wait_seconds), 429, wait_seconds);
+  end if;
   if client.id is null then
     failure := app.oauth_error('invalid_client', 'Client authentication failed: unknown client, wrong secret, or a secret from a public client.', 401);
   else
@@ -364,7 +384,7 @@ begin
     end if;
   end if;
   if failure is not null then
-    perform app.keyed_rate_limit('oauth_token_failure', requester, true);
+    perform app.keyed_rate_limit('oauth_token_failure', subject, true);
     return failure;
   end if;
 
@@ -377,7 +397,7 @@ begin
 end;
 $$;
 comment on function app.oauth_exchange_code(text, text, text, text, text, text, uuid, text, integer) is
-  'POST /oauth/token, grant_type=authorization_code, in one transaction: client authentication, the code (this client''s, unused, unexpired, row-locked so two racing exchanges cannot both win), the exact redirect_uri, PKCE; then the code is spent and the first token of its family written. A replayed code revokes that family. Failures are counted per client address (oauth_token_failure).';
+  'POST /oauth/token, grant_type=authorization_code, in one transaction: client authentication, the code (this client''s, unused, unexpired, row-locked so two racing exchanges cannot both win), the exact redirect_uri, PKCE; then the code is spent and the first token of its family written. A replayed code revokes that family. Failures are counted per client address, or per confidential client once it authenticated (oauth_token_failure, app.oauth_failure_subject).';
 
 create function app.oauth_refresh(presented_client_id text, presented_secret_hash text, requester text, refresh_hash text,
                                   requested_scopes text[], new_jti uuid, new_refresh_hash text, access_seconds integer)
@@ -391,15 +411,20 @@ declare
   old app.oauth_tokens;
   token app.oauth_tokens;
   wait_seconds integer;
+  subject text;
   failure jsonb;
   rule app.rate_limits;
   seen integer;
 begin
-  wait_seconds := app.keyed_rate_limit('oauth_token_failure', requester, false);
-  if wait_seconds > 0 then
-    return app.oauth_error('temporarily_unavailable', format('Too many failed token requests from your address. Try again in %s seconds.', wait_seconds), 429, wait_seconds);
-  end if;
+  -- Client authentication first: the limit counts a confidential client's failures against it,
+  -- everyone else's against their address (app.oauth_failure_subject).
   client := app.oauth_authenticate_client(presented_client_id, presented_secret_hash);
+  subject := app.oauth_failure_subject(client, requester);
+  wait_seconds := app.keyed_rate_limit('oauth_token_failure', subject, false);
+  if wait_seconds > 0 then
+    return app.oauth_error('temporarily_unavailable', format('Too many failed token requests from your %s. Try again in %s seconds.',
+                                                             case when subject = requester then 'address' else 'client' end, wait_seconds), 429, wait_seconds);
+  end if;
   if client.id is null then
     failure := app.oauth_error('invalid_client', 'Client authentication failed: unknown client, wrong secret, or a secret from a public client.', 401);
   else
@@ -423,7 +448,7 @@ begin
     end if;
   end if;
   if failure is not null then
-    perform app.keyed_rate_limit('oauth_token_failure', requester, true);
+    perform app.keyed_rate_limit('oauth_token_failure', subject, true);
     return failure;
   end if;
 
@@ -458,15 +483,20 @@ as $$
 declare
   client app.oauth_clients;
   wait_seconds integer;
+  subject text;
   result jsonb;
 begin
-  wait_seconds := app.keyed_rate_limit('oauth_token_failure', requester, false);
-  if wait_seconds > 0 then
-    return app.oauth_error('temporarily_unavailable', format('Too many failed token requests from your address. Try again in %s seconds.', wait_seconds), 429, wait_seconds);
-  end if;
+  -- Client authentication first: the limit counts a confidential client's failures against it,
+  -- everyone else's against their address (app.oauth_failure_subject).
   client := app.oauth_authenticate_client(presented_client_id, presented_secret_hash);
+  subject := app.oauth_failure_subject(client, requester);
+  wait_seconds := app.keyed_rate_limit('oauth_token_failure', subject, false);
+  if wait_seconds > 0 then
+    return app.oauth_error('temporarily_unavailable', format('Too many failed token requests from your %s. Try again in %s seconds.',
+                                                             case when subject = requester then 'address' else 'client' end, wait_seconds), 429, wait_seconds);
+  end if;
   if client.id is null then
-    perform app.keyed_rate_limit('oauth_token_failure', requester, true);
+    perform app.keyed_rate_limit('oauth_token_failure', subject, true);
     return app.oauth_error('invalid_client', 'Client authentication failed: unknown client, wrong secret, or a secret from a public client.', 401);
   end if;
   select jsonb_build_object(
@@ -501,14 +531,19 @@ declare
   client app.oauth_clients;
   family uuid;
   wait_seconds integer;
+  subject text;
 begin
-  wait_seconds := app.keyed_rate_limit('oauth_token_failure', requester, false);
-  if wait_seconds > 0 then
-    return app.oauth_error('temporarily_unavailable', format('Too many failed token requests from your address. Try again in %s seconds.', wait_seconds), 429, wait_seconds);
-  end if;
+  -- Client authentication first: the limit counts a confidential client's failures against it,
+  -- everyone else's against their address (app.oauth_failure_subject).
   client := app.oauth_authenticate_client(presented_client_id, presented_secret_hash);
+  subject := app.oauth_failure_subject(client, requester);
+  wait_seconds := app.keyed_rate_limit('oauth_token_failure', subject, false);
+  if wait_seconds > 0 then
+    return app.oauth_error('temporarily_unavailable', format('Too many failed token requests from your %s. Try again in %s seconds.',
+                                                             case when subject = requester then 'address' else 'client' end, wait_seconds), 429, wait_seconds);
+  end if;
   if client.id is null then
-    perform app.keyed_rate_limit('oauth_token_failure', requester, true);
+    perform app.keyed_rate_limit('oauth_token_failure', subject, true);
     return app.oauth_error('invalid_client', 'Client authentication failed: unknown client, wrong secret, or a secret from a public client.', 401);
   end if;
   select t.family_id into family from app.oauth_tokens t
