@@ -252,3 +252,20 @@ describe('failures of others at one address', () => {
     await world.sql`delete from app.keyed_rate_limit_counters`
   })
 })
+
+describe('failed sign-in codes at one address', () => {
+  it('do not stop a member who arrives with the website’s session (nothing to guess there)', async () => {
+    const { SignJWT } = await import('jose')
+    await world.sql`delete from app.keyed_rate_limit_counters`
+    const client = await register()
+    const params = { client_id: client.client_id, redirect_uri: REDIRECT }
+    for (let i = 0; i < 30; i++) expect((await signIn(browserless(world.baseUrl), `wrong-${i}`, params)).status).toBe(400)
+    expect((await signIn(browserless(world.baseUrl), 'wrong', params)).status).toBe(429)
+    const [alice] = await world.sql<{ id: string }[]>`select id::text from app.users where username = 'alice'`
+    const session = await new SignJWT({ role: 'authenticated' }).setProtectedHeader({ alg: 'HS256' }).setAudience('authenticated')
+      .setSubject(alice!.id).setExpirationTime('1h').sign(new TextEncoder().encode(JWT_SECRET))
+    const answer = await browserless(world.baseUrl).post('/oauth/login', { authorize: authorizeQuery(params), supabase_access_token: session })
+    expect(answer.status, await answer.clone().text()).toBe(303)
+    await world.sql`delete from app.keyed_rate_limit_counters`
+  })
+})

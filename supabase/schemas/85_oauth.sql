@@ -270,7 +270,10 @@ declare
   wait_seconds integer;
   member uuid := member_id;
 begin
-  wait_seconds := app.keyed_rate_limit('oauth_sign_in_failure', requester, false);
+  -- Only codes are guessed: a member the HTTP side verified from the website's session is not
+  -- refused for the failures of others at their address (a shared one, or a spoofed
+  -- X-Forwarded-For on the edge).
+  wait_seconds := case when login_code_hash is null then 0 else app.keyed_rate_limit('oauth_sign_in_failure', requester, false) end;
   if wait_seconds > 0 then
     return app.oauth_error('temporarily_unavailable', format('Too many failed sign-ins from your address. Try again in %s seconds.', wait_seconds), 429, wait_seconds);
   end if;
@@ -297,7 +300,7 @@ begin
 end;
 $$;
 comment on function app.oauth_start_session(text, uuid, text, text, integer) is
-  'POST /oauth/login: spends a one-time sign-in code (or takes a member the HTTP side verified from a Supabase Auth session) and opens a session. Failed codes are counted per client address (oauth_sign_in_failure) and refused past the limit; expired codes and sessions are swept here, and a member keeps at most 10 sessions (the oldest go), so repeated sign-ins cannot grow the table.';
+  'POST /oauth/login: spends a one-time sign-in code (or takes a member the HTTP side verified from a Supabase Auth session) and opens a session. Failed codes are counted per client address (oauth_sign_in_failure) and codes refused past the limit (a verified website session is not: there is nothing to guess); expired codes and sessions are swept here, and a member keeps at most 10 sessions (the oldest go), so repeated sign-ins cannot grow the table.';
 
 create function app.oauth_create_code(session_hash text, presented_client_id text, requested_redirect_uri text, granted_scopes text[],
                                       requested_challenge text, new_code_hash text, code_seconds integer)
