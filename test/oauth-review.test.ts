@@ -269,3 +269,14 @@ describe('failed sign-in codes at one address', () => {
     await world.sql`delete from app.keyed_rate_limit_counters`
   })
 })
+
+describe('registering redirect URIs', () => {
+  it('plain http only on the loopback interface: elsewhere the code would cross the network in the clear', async () => {
+    for (const uri of ['http://app.example/callback', 'http://10.0.0.5/cb', 'http://127.0.0.1.nip.io/cb', 'http://localhost.evil.example/cb']) {
+      await expect(world.admin('create-oauth-client', '--name', 'Plain', '--redirect-uri', uri), uri).rejects.toThrow(/https/)
+    }
+    for (const uri of ['http://127.0.0.1:8765/callback', 'http://[::1]:8765/callback', 'http://localhost:8765/callback', 'https://app.example/cb', 'com.example.app:/oauth2redirect']) {
+      expect((await world.admin('create-oauth-client', '--name', 'Fine', '--redirect-uri', uri)).client_id, uri).toMatch(/^[0-9a-f]{32}$/)
+    }
+  })
+})
