@@ -280,3 +280,30 @@ describe('registering redirect URIs', () => {
     }
   })
 })
+
+describe('production sign-in from the website', () => {
+  it('the website’s form (another origin, as docs/oauth.md shows it) is taken from the origins WEBSITE_ORIGINS names, and only with a website session', async () => {
+    const { SignJWT } = await import('jose')
+    const client = await register()
+    const params = { client_id: client.client_id, redirect_uri: REDIRECT }
+    const app = createApp({
+      sql: world.sql, publicUrl: 'https://api.todo.example', jwtSecret: JWT_SECRET, upgradeUrl: 'https://todo.example/upgrade', storage: {} as never,
+      websiteOrigins: ['https://todo.example'],
+    })
+    const [alice] = await world.sql<{ id: string }[]>`select id::text from app.users where username = 'alice'`
+    const session = await new SignJWT({ role: 'authenticated' }).setProtectedHeader({ alg: 'HS256' }).setAudience('authenticated')
+      .setSubject(alice!.id).setExpirationTime('1h').sign(new TextEncoder().encode(JWT_SECRET))
+    const login = (origin: string, body: Record<string, string>) => app.request('/oauth/login', {
+      method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', origin },
+      body: new URLSearchParams({ authorize: authorizeQuery(params), ...body }).toString(),
+    })
+    const fromWebsite = await login('https://todo.example', { supabase_access_token: session })
+    expect(fromWebsite.status, await fromWebsite.clone().text()).toBe(303)
+    expect(fromWebsite.headers.get('location')).toBe(`authorize?${authorizeQuery(params)}`)
+    // Any other origin stays refused (login CSRF), and the website posts sessions, never codes.
+    expect((await login('https://evil.example', { supabase_access_token: session })).status).toBe(403)
+    const { code } = await world.admin('login-code', '--user', 'alice')
+    expect((await login('https://todo.example', { code })).status).toBe(403)
+    expect((await login('https://api.todo.example', { code })).status).toBe(303)
+  })
+})

@@ -217,10 +217,11 @@ function sameText(a: string, b: string): boolean {
  * is refused (with the CSRF token and SameSite=Lax, a second lock on the consent form, and the
  * only one on the sign-in form, which has no session yet).
  */
-function foreignOrigin(c: OAuthContext): boolean {
+function foreignOrigin(c: OAuthContext, options: { website?: boolean } = {}): boolean {
   const origin = c.req.header('origin')
   if (!origin || origin === 'null') return origin === 'null'
   const own = new Set([new URL(c.var.deps.publicUrl).origin, new URL(c.req.url).origin])
+  if (options.website) for (const site of c.var.deps.websiteOrigins ?? []) own.add(site)
   return !own.has(origin)
 }
 
@@ -343,9 +344,14 @@ oauth.onError((err, c) => {
 oauth.get('/oauth/authorize', async (c) => showAuthorize(c, new URL(c.req.url).searchParams))
 
 oauth.post('/oauth/login', async (c) => {
-  if (foreignOrigin(c)) return page(c, errorPage('This form may only be sent from our own sign-in page.'), 403)
   const form = await readForm(c)
-  if (!(form instanceof URLSearchParams)) return page(c, errorPage('The sign-in form could not be read.'), 400)
+  if (!(form instanceof URLSearchParams)) {
+    if (foreignOrigin(c, { website: true })) return page(c, errorPage('This form may only be sent from our own sign-in page.'), 403)
+    return page(c, errorPage('The sign-in form could not be read.'), 400)
+  }
+  // Our own sign-in page posts codes; the website (WEBSITE_ORIGINS, another origin in
+  // production) posts the member's Supabase Auth session. Any other origin is login CSRF.
+  if (foreignOrigin(c, { website: form.has('supabase_access_token') })) return page(c, errorPage('This form may only be sent from our own sign-in page.'), 403)
   const authorize = new URLSearchParams(form.get('authorize') ?? '')
   if (hasNul(authorize)) return page(c, errorPage('The request contains a NUL character.'), 400)
   const code = form.get('code')?.trim() ?? ''

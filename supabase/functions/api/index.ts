@@ -26,6 +26,8 @@ const publicUrl = required(
   'api: set PUBLIC_URL (or SUPABASE_URL) to the public base URL of the API.',
 ).replace(/\/+$/, '')
 const upgradeUrl = env('UPGRADE_URL') ?? `${publicUrl}/upgrade`
+// The website's origins (comma-separated), whose form posts a member's session to /oauth/login.
+const websiteOrigins = (env('WEBSITE_ORIGINS') ?? '').split(',').map((origin) => origin.trim().replace(/\/+$/, '')).filter(Boolean)
 
 // Once per isolate. Supabase's transaction pooler (port 6543) cannot keep prepared statements.
 const prepare = new URL(databaseUrl).port !== '6543'
@@ -55,7 +57,7 @@ const webhookSender = denoWebhookSender({ allowPrivate: webhookAllowPrivate })
 const app = createApp(
   // An invocation claims new batches for at most 50 s (pg_net waits 55 s for its answer), well
   // within the edge runtime's 150 s wall clock even with a 15 s delivery under way.
-  { sql, publicUrl, jwtSecret, upgradeUrl, storage, workerSecret, webhookAllowPrivate, webhookSender, webhookDrain: { budgetMs: 50_000 } },
+  { sql, publicUrl, jwtSecret, upgradeUrl, websiteOrigins, storage, workerSecret, webhookAllowPrivate, webhookSender, webhookDrain: { budgetMs: 50_000 } },
   { basePath: '/api' },
 )
 
