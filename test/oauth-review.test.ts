@@ -307,3 +307,29 @@ describe('production sign-in from the website', () => {
     expect((await login('https://api.todo.example', { code })).status).toBe(303)
   })
 })
+
+describe('error redirects of the authorization endpoint', () => {
+  it('come only after the member signed in (RFC 9700 section 4.11.2): a stranger is not bounced to the app’s site by a bad request', async () => {
+    const client = await register()
+    const params = { client_id: client.client_id, redirect_uri: REDIRECT, scope: 'public admin', state: 'phish' }
+    const stranger = browserless(world.baseUrl)
+    const first = await stranger.get(`/oauth/authorize?${authorizeQuery(params)}`)
+    expect(first.status).toBe(200)
+    expect(first.headers.get('location')).toBeNull()
+    expect(await first.text()).toContain('One-time sign-in code')
+    // A wrong code shows the sign-in form again, still no redirect.
+    const wrong = await signIn(stranger, 'wrong-code', params)
+    expect(wrong.status).toBe(400)
+    expect(wrong.headers.get('location')).toBeNull()
+    expect(await wrong.text()).toContain('One-time sign-in code')
+    // Signed in, the member gets the RFC's error redirect.
+    const { code } = await world.admin('login-code', '--user', 'alice')
+    expect((await signIn(stranger, code, params)).status).toBe(303)
+    const answer = await stranger.get(`/oauth/authorize?${authorizeQuery(params)}`)
+    expect(answer.status).toBe(302)
+    const location = new URL(answer.headers.get('location')!)
+    expect(location.origin + location.pathname).toBe(REDIRECT)
+    expect(location.searchParams.get('error')).toBe('invalid_scope')
+    expect(location.searchParams.get('state')).toBe('phish')
+  })
+})

@@ -232,7 +232,7 @@ interface AuthorizeContext {
 
 type AuthorizeCheck =
   | { kind: 'page'; message: string }
-  | { kind: 'redirect'; redirectUri: string; error: string; description: string; state: string | null }
+  | { kind: 'redirect'; client: NonNullable<AuthorizeContext['client']>; redirectUri: string; error: string; description: string; state: string | null }
   | { kind: 'ok'; client: NonNullable<AuthorizeContext['client']>; redirectUri: string; scopes: string[]; state: string | null; challenge: string | null }
 
 /** The checks of RFC 6749 section 4.1.1 and RFC 7636 in the order the RFC asks: client and redirect_uri first (a page), then the rest (a redirect). */
@@ -245,7 +245,7 @@ function checkAuthorizeRequest(params: URLSearchParams, client: AuthorizeContext
     return { kind: 'page', message: 'The redirect_uri is not one the application registered.' }
   }
   const state = params.get('state')
-  const fail = (error: string, description: string): AuthorizeCheck => ({ kind: 'redirect', redirectUri, error, description, state })
+  const fail = (error: string, description: string): AuthorizeCheck => ({ kind: 'redirect', client, redirectUri, error, description, state })
   if (repeated) return fail('invalid_request', `The parameter ${repeated} is sent more than once.`)
   const responseType = params.get('response_type')
   if (!responseType) return fail('invalid_request', 'response_type is required.')
@@ -291,10 +291,13 @@ async function showAuthorize(c: OAuthContext, params: URLSearchParams, signInErr
   const context = await call<AuthorizeContext>(c, 'app.oauth_authorize_context', [params.get('client_id') ?? '', await sessionHash(c)])
   const check = checkAuthorizeRequest(params, context.client)
   if (check.kind === 'page') return page(c, errorPage(check.message), 400)
-  if (check.kind === 'redirect') return redirectTo(c, check.redirectUri, { error: check.error, error_description: check.description, state: check.state })
+  // RFC 9700 section 4.11.2: the member signs in before any redirect, errors included. Otherwise
+  // a registered app could use a bad request (an unknown scope) on our trusted address as a
+  // link that bounces strangers straight to its site.
   if (!context.member || signInError) {
     return page(c, signInPage({ appName: check.client.name, authorize: authorizeQuery(params), error: signInError }), status)
   }
+  if (check.kind === 'redirect') return redirectTo(c, check.redirectUri, { error: check.error, error_description: check.description, state: check.state })
   const fields: Record<string, string> = {}
   for (const name of AUTHORIZE_PARAMS) {
     const value = params.get(name)
@@ -371,7 +374,7 @@ oauth.post('/oauth/login', async (c) => {
     const extra: Record<string, string> = result.retry_after ? { 'retry-after': String(result.retry_after) } : {}
     const context = await call<AuthorizeContext>(c, 'app.oauth_authorize_context', [authorize.get('client_id') ?? '', null])
     const check = checkAuthorizeRequest(authorize, context.client)
-    if (check.kind !== 'ok') return page(c, errorPage(check.kind === 'page' ? check.message : check.description), 400)
+    if (check.kind === 'page') return page(c, errorPage(check.message), 400)
     return page(c, signInPage({ appName: check.client.name, authorize: authorizeQuery(authorize), error: result.error_description }), result.status ?? 400, extra)
   }
   // Back to the authorization request (always our own path: no open redirect), now signed in.
