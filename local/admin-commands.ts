@@ -173,6 +173,11 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
         if (parsed.hash || uri.includes('#') || ['javascript:', 'data:', 'vbscript:', 'file:'].includes(parsed.protocol)) {
           throw new AdminError(`--redirect-uri ${JSON.stringify(uri)} may not have a fragment or be a ${parsed.protocol} URI`)
         }
+        // RFC 6749 section 3.1.2.1, RFC 8252 section 7.3: the code crosses the network only under
+        // TLS; plain http only to the member's own machine (a native app's loopback listener).
+        if (parsed.protocol === 'http:' && !['127.0.0.1', '[::1]', 'localhost'].includes(parsed.hostname)) {
+          throw new AdminError(`--redirect-uri ${JSON.stringify(uri)} must be https (plain http only for 127.0.0.1, [::1] or localhost)`)
+        }
       }
       await ctx.sql`insert into app.oauth_clients (client_id, secret_hash, name, first_party, chat_enabled, redirect_uris)
                     values (${clientId}, decode(${clientSecret ? await sha256Hex(clientSecret) : null}::text, 'hex'), ${required(o, 'name')},

@@ -13,6 +13,11 @@ export interface AppDeps {
   publicUrl: string
   /** Signs and verifies OAuth access tokens (HS256). */
   jwtSecret: string
+  /**
+   * Origins of the website (WEBSITE_ORIGINS) whose "Continue to the app" form may post the
+   * member's Supabase Auth session to POST /oauth/login (docs/oauth.md); unset: only our own.
+   */
+  websiteOrigins?: string[]
   /** Where a lapsed subscription is sent (401 upgrade_url). */
   upgradeUrl: string
   /** Where uploads go: the local storage server, or Supabase Storage. */

@@ -85,7 +85,7 @@ export function documentOAuth(app: OpenAPIHono<AppEnv>) {
     },
     responses: {
       200: html('The sign-in form or the consent page'),
-      302: { description: 'To redirect_uri with an error (invalid_request, unsupported_response_type, invalid_scope)' },
+      302: { description: 'To redirect_uri with an error (invalid_request, unsupported_response_type, invalid_scope), once the member is signed in' },
       400: html('Error page: unknown client, unregistered or missing redirect_uri'),
     },
   })

@@ -13,6 +13,7 @@ import type { Context } from 'hono'
 import { bodyLimit } from 'hono/body-limit'
 import { jwtVerify } from 'jose'
 import type { AppEnv } from '../lib/context.ts'
+import { describeError } from '../lib/errors.ts'
 import { randomToken, sha256Hex, signAccessToken, verifyAccessToken } from '../lib/tokens.ts'
 import { PAGE_HEADERS, consentPage, errorPage, signInPage } from './pages.ts'
 
@@ -30,7 +31,15 @@ export const CODE_SECONDS = 120
 export const SESSION_SECONDS = 12 * 3600
 /** The largest form the OAuth endpoints read: their parameters are a few hundred bytes. */
 export const MAX_OAUTH_BODY_BYTES = 16 * 1024
-const SESSION_COOKIE = 'oauth_session'
+/**
+ * The session cookie's name: `__Secure-oauth_session` under https, which browsers accept only
+ * from a secure origin with Secure set (RFC 6265bis section 4.1.3.1). Without the prefix a
+ * network attacker answering a plain-http request for our host could plant their own session
+ * in the victim's browser (login CSRF by cookie): the server cannot tell who set a cookie.
+ */
+function sessionCookieName(c: OAuthContext): string {
+  return new URL(c.var.deps.publicUrl).protocol === 'https:' ? '__Secure-oauth_session' : 'oauth_session'
+}
 /** RFC 7636 section 4.1: 43 to 128 unreserved characters. */
 const CODE_VERIFIER = /^[A-Za-z0-9\-._~]{43,128}$/
 /** BASE64URL of a SHA-256: 43 characters. */
@@ -71,10 +80,20 @@ async function readForm(c: OAuthContext): Promise<URLSearchParams | OAuthFailure
     return { error: 'invalid_request', error_description: 'The body must be application/x-www-form-urlencoded.' }
   }
   const form = new URLSearchParams(await c.req.text())
-  const names = [...form.keys()]
-  const repeated = names.find((name, i) => names.indexOf(name) !== i)
-  if (repeated) return { error: 'invalid_request', error_description: `The parameter ${repeated} is sent more than once.` }
+  const seen = new Set<string>()
+  for (const [name, value] of form) {
+    // PostgreSQL's text takes no NUL: refused here, as the protocol's error, not the database's.
+    if (name.includes('\0') || value.includes('\0')) return { error: 'invalid_request', error_description: 'A parameter contains a NUL character.' }
+    if (seen.has(name)) return { error: 'invalid_request', error_description: `The parameter ${name} is sent more than once.` }
+    seen.add(name)
+  }
   return form
+}
+
+/** Whether any parameter of an authorization request (the query, or the sign-in form's `authorize`) holds a NUL character. */
+function hasNul(params: URLSearchParams): boolean {
+  for (const [name, value] of params) if (name.includes('\0') || value.includes('\0')) return true
+  return false
 }
 
 interface ClientCredentials {
@@ -108,6 +127,7 @@ async function clientCredentials(c: OAuthContext, form: URLSearchParams): Promis
     } catch {
       return invalid('The Basic credentials are not form-urlencoded.')
     }
+    if (clientId.includes('\0') || secret.includes('\0')) return invalid('The Basic credentials contain a NUL character.')
   }
   if (!clientId) return invalid('Client authentication is required: client_id (and client_secret for confidential clients).')
   return { clientId, secretHash: secret === null || secret === '' ? null : await sha256Hex(secret) }
@@ -178,7 +198,7 @@ function cookieValue(c: OAuthContext, name: string): string | null {
 function sessionCookie(c: OAuthContext, value: string, maxAge: number): string {
   const base = new URL(c.var.deps.publicUrl)
   const path = `${base.pathname.replace(/\/+$/, '')}/oauth`
-  return `${SESSION_COOKIE}=${value}; Path=${path}; Max-Age=${maxAge}; HttpOnly; SameSite=Lax${base.protocol === 'https:' ? '; Secure' : ''}`
+  return `${sessionCookieName(c)}=${value}; Path=${path}; Max-Age=${maxAge}; HttpOnly; SameSite=Lax${base.protocol === 'https:' ? '; Secure' : ''}`
 }
 
 /** The consent form's CSRF token: an HMAC of the session id, so only a page served to this session carries it. */
@@ -197,10 +217,11 @@ function sameText(a: string, b: string): boolean {
  * is refused (with the CSRF token and SameSite=Lax, a second lock on the consent form, and the
  * only one on the sign-in form, which has no session yet).
  */
-function foreignOrigin(c: OAuthContext): boolean {
+function foreignOrigin(c: OAuthContext, options: { website?: boolean } = {}): boolean {
   const origin = c.req.header('origin')
   if (!origin || origin === 'null') return origin === 'null'
   const own = new Set([new URL(c.var.deps.publicUrl).origin, new URL(c.req.url).origin])
+  if (options.website) for (const site of c.var.deps.websiteOrigins ?? []) own.add(site)
   return !own.has(origin)
 }
 
@@ -211,7 +232,7 @@ interface AuthorizeContext {
 
 type AuthorizeCheck =
   | { kind: 'page'; message: string }
-  | { kind: 'redirect'; redirectUri: string; error: string; description: string; state: string | null }
+  | { kind: 'redirect'; client: NonNullable<AuthorizeContext['client']>; redirectUri: string; error: string; description: string; state: string | null }
   | { kind: 'ok'; client: NonNullable<AuthorizeContext['client']>; redirectUri: string; scopes: string[]; state: string | null; challenge: string | null }
 
 /** The checks of RFC 6749 section 4.1.1 and RFC 7636 in the order the RFC asks: client and redirect_uri first (a page), then the rest (a redirect). */
@@ -224,7 +245,7 @@ function checkAuthorizeRequest(params: URLSearchParams, client: AuthorizeContext
     return { kind: 'page', message: 'The redirect_uri is not one the application registered.' }
   }
   const state = params.get('state')
-  const fail = (error: string, description: string): AuthorizeCheck => ({ kind: 'redirect', redirectUri, error, description, state })
+  const fail = (error: string, description: string): AuthorizeCheck => ({ kind: 'redirect', client, redirectUri, error, description, state })
   if (repeated) return fail('invalid_request', `The parameter ${repeated} is sent more than once.`)
   const responseType = params.get('response_type')
   if (!responseType) return fail('invalid_request', 'response_type is required.')
@@ -261,24 +282,28 @@ function authorizeQuery(params: URLSearchParams): string {
 }
 
 async function sessionHash(c: OAuthContext): Promise<string | null> {
-  const session = cookieValue(c, SESSION_COOKIE)
+  const session = cookieValue(c, sessionCookieName(c))
   return session ? await sha256Hex(session) : null
 }
 
 async function showAuthorize(c: OAuthContext, params: URLSearchParams, signInError?: string, status = 200): Promise<Response> {
+  if (hasNul(params)) return page(c, errorPage('The request contains a NUL character.'), 400)
   const context = await call<AuthorizeContext>(c, 'app.oauth_authorize_context', [params.get('client_id') ?? '', await sessionHash(c)])
   const check = checkAuthorizeRequest(params, context.client)
   if (check.kind === 'page') return page(c, errorPage(check.message), 400)
-  if (check.kind === 'redirect') return redirectTo(c, check.redirectUri, { error: check.error, error_description: check.description, state: check.state })
+  // RFC 9700 section 4.11.2: the member signs in before any redirect, errors included. Otherwise
+  // a registered app could use a bad request (an unknown scope) on our trusted address as a
+  // link that bounces strangers straight to its site.
   if (!context.member || signInError) {
     return page(c, signInPage({ appName: check.client.name, authorize: authorizeQuery(params), error: signInError }), status)
   }
+  if (check.kind === 'redirect') return redirectTo(c, check.redirectUri, { error: check.error, error_description: check.description, state: check.state })
   const fields: Record<string, string> = {}
   for (const name of AUTHORIZE_PARAMS) {
     const value = params.get(name)
     if (value !== null) fields[name] = value
   }
-  const csrf = csrfToken(c.var.deps.jwtSecret, cookieValue(c, SESSION_COOKIE)!)
+  const csrf = csrfToken(c.var.deps.jwtSecret, cookieValue(c, sessionCookieName(c))!)
   return page(c, consentPage({ appName: check.client.name, username: context.member.username, scopes: check.scopes, fields, csrf }))
 }
 
@@ -294,18 +319,44 @@ async function supabaseSessionMember(secret: string, token: string): Promise<str
 
 export const oauth = new Hono<AppEnv>()
 
+/** The browser's routes, which answer HTML pages; every other OAuth route answers RFC 6749 JSON. */
+function isPage(c: OAuthContext): boolean {
+  return /\/oauth\/(authorize|login)$/.test(new URL(c.req.url).pathname)
+}
+
 oauth.use('/oauth/*', bodyLimit({
   maxSize: MAX_OAUTH_BODY_BYTES,
-  onError: (c) => c.json({ error: 'invalid_request', error_description: `The request body is larger than ${MAX_OAUTH_BODY_BYTES} bytes.` }, 413, { connection: 'close' }),
+  onError: (c) => {
+    const description = `The request body is larger than ${MAX_OAUTH_BODY_BYTES} bytes.`
+    if (isPage(c)) return page(c, errorPage(description), 413, { connection: 'close' })
+    return c.json({ error: 'invalid_request', error_description: description }, 413, { connection: 'close', 'cache-control': 'no-store', pragma: 'no-cache' })
+  },
 }))
+
+// Whatever else fails (a value the database refuses, a bug) is answered in the endpoint's own
+// shape, an error page or RFC 6749 section 5.2, never the /v1 contract's; details only in the log.
+oauth.onError((err, c) => {
+  const { status } = describeError(err, c.var.deps.upgradeUrl)
+  if (status >= 500) console.error(err)
+  if (isPage(c)) return page(c, errorPage(status >= 500 ? 'Something went wrong on our side. Try again from the application.' : 'The request could not be read.'), status >= 500 ? 500 : 400)
+  return oauthError(c, status >= 500
+    ? { error: 'server_error', error_description: 'Something went wrong on our side.', status: 500 }
+    : { error: 'invalid_request', error_description: 'The request could not be read.' })
+})
 
 oauth.get('/oauth/authorize', async (c) => showAuthorize(c, new URL(c.req.url).searchParams))
 
 oauth.post('/oauth/login', async (c) => {
-  if (foreignOrigin(c)) return page(c, errorPage('This form may only be sent from our own sign-in page.'), 403)
   const form = await readForm(c)
-  if (!(form instanceof URLSearchParams)) return page(c, errorPage('The sign-in form could not be read.'), 400)
+  if (!(form instanceof URLSearchParams)) {
+    if (foreignOrigin(c, { website: true })) return page(c, errorPage('This form may only be sent from our own sign-in page.'), 403)
+    return page(c, errorPage('The sign-in form could not be read.'), 400)
+  }
+  // Our own sign-in page posts codes; the website (WEBSITE_ORIGINS, another origin in
+  // production) posts the member's Supabase Auth session. Any other origin is login CSRF.
+  if (foreignOrigin(c, { website: form.has('supabase_access_token') })) return page(c, errorPage('This form may only be sent from our own sign-in page.'), 403)
   const authorize = new URLSearchParams(form.get('authorize') ?? '')
+  if (hasNul(authorize)) return page(c, errorPage('The request contains a NUL character.'), 400)
   const code = form.get('code')?.trim() ?? ''
   const supabaseToken = form.get('supabase_access_token')
   let memberId: string | null = null
@@ -323,7 +374,7 @@ oauth.post('/oauth/login', async (c) => {
     const extra: Record<string, string> = result.retry_after ? { 'retry-after': String(result.retry_after) } : {}
     const context = await call<AuthorizeContext>(c, 'app.oauth_authorize_context', [authorize.get('client_id') ?? '', null])
     const check = checkAuthorizeRequest(authorize, context.client)
-    if (check.kind !== 'ok') return page(c, errorPage(check.kind === 'page' ? check.message : check.description), 400)
+    if (check.kind === 'page') return page(c, errorPage(check.message), 400)
     return page(c, signInPage({ appName: check.client.name, authorize: authorizeQuery(authorize), error: result.error_description }), result.status ?? 400, extra)
   }
   // Back to the authorization request (always our own path: no open redirect), now signed in.
@@ -334,7 +385,7 @@ oauth.post('/oauth/authorize', async (c) => {
   if (foreignOrigin(c)) return page(c, errorPage('This form may only be sent from our own consent page.'), 403)
   const form = await readForm(c)
   if (!(form instanceof URLSearchParams)) return page(c, errorPage('The consent form could not be read.'), 400)
-  const session = cookieValue(c, SESSION_COOKIE)
+  const session = cookieValue(c, sessionCookieName(c))
   const presented = form.get('csrf_token') ?? ''
   if (!session || !sameText(presented, csrfToken(c.var.deps.jwtSecret, session))) {
     return page(c, errorPage('Your session has ended or this form did not come from our consent page. Start again from the application.'), 403)
@@ -428,7 +479,7 @@ oauth.post('/oauth/revoke', async (c) => {
   const result = await call<Partial<OAuthFailure>>(c, 'app.oauth_revoke', [client.clientId, client.secretHash, clientAddress(c), jti, refreshHash])
   if (result.error) return oauthError(c, result as OAuthFailure)
   // RFC 7009 section 2.2: 200 whether or not there was anything to revoke.
-  return c.body(null, 200, { 'cache-control': 'no-store' })
+  return c.body(null, 200, { 'cache-control': 'no-store', pragma: 'no-cache' })
 })
 
 oauth.get('/oauth/token/info', async (c) => {
@@ -440,9 +491,10 @@ oauth.get('/oauth/token/info', async (c) => {
     return c.json({ error: 'invalid_token', error_description: 'The access token is missing, expired, revoked or not ours.' }, 401, {
       'www-authenticate': token ? 'Bearer error="invalid_token"' : 'Bearer',
       'cache-control': 'no-store',
+      pragma: 'no-cache',
     })
   }
-  return c.json(info, 200, { 'cache-control': 'no-store' })
+  return c.json(info, 200, { 'cache-control': 'no-store', pragma: 'no-cache' })
 })
 
 oauth.get('/.well-known/oauth-authorization-server', (c) => c.json(authorizationServerMetadata(c.var.deps.publicUrl)))

@@ -73,7 +73,7 @@ create table app.keyed_rate_limit_counters (
   constraint keyed_rate_limit_counters_pkey primary key (action, subject, window_start)
 );
 comment on table app.keyed_rate_limit_counters is
-  'Like app.rate_limit_counters, for limits whose subject is not a member: failed sign-ins and failed token requests per client address, before anyone is known. Same sliding window (buckets of a tenth of the period), thresholds in app.rate_limits.';
+  'Like app.rate_limit_counters, for limits whose subject is not a member: failed sign-ins and failed token requests per client address, before anyone is known (or per confidential client once it authenticated, app.oauth_failure_subject). Same sliding window (buckets of a tenth of the period), thresholds in app.rate_limits.';
 
 -- ============================================================================
 -- Helpers
@@ -94,7 +94,11 @@ begin
   if rule.action is null then
     raise exception 'unknown rate-limited action %', limited_action;
   end if;
-  perform pg_advisory_xact_lock(hashtextextended('app.keyed_rate_limit ' || rule.action || ' ' || limited_subject, 0));
+  if record then
+    -- Only a recording call queues: checks alone (every request, successful ones included) never
+    -- wait for each other, so one subject's requests are not serialized until commit.
+    perform pg_advisory_xact_lock(hashtextextended('app.keyed_rate_limit ' || rule.action || ' ' || limited_subject, 0));
+  end if;
   select coalesce(sum(c.events), 0)::integer into seen
   from app.keyed_rate_limit_counters c
   where c.action = rule.action and c.subject = limited_subject and c.last_at > now() - rule.per;
@@ -121,7 +125,7 @@ begin
 end;
 $$;
 comment on function app.keyed_rate_limit(text, text, boolean) is
-  'The sliding-window limit of app.hit_rate_limit for a subject that is not a member (a client address): returns the seconds to wait when the subject is at its limit, else 0, and counts one event when `record`. Returns instead of raising, because the callers answer in RFC 6749''s error shape and the counted failure must commit with that answer. Asked once without recording before the work (refuse early), once recording after a failure: only failures count. Serialized per action and subject by an advisory lock held to commit.';
+  'The sliding-window limit of app.hit_rate_limit for a subject that is not a member (a client address): returns the seconds to wait when the subject is at its limit, else 0, and counts one event when `record`. Returns instead of raising, because the callers answer in RFC 6749''s error shape and the counted failure must commit with that answer. Asked once without recording before the work (refuse early), once recording after a failure: only failures count. Recording is serialized per action and subject by an advisory lock held to commit; a check alone takes no lock (it may miss a failure committing at that moment), so the successful requests of one address or client do not queue behind each other.';
 
 create function app.oauth_error(code text, description text, status integer default 400, retry_after integer default null)
 returns jsonb
@@ -148,6 +152,17 @@ as $$
 $$;
 comment on function app.oauth_authenticate_client(text, text) is
   'The client, when the credentials authenticate it: a confidential client by its secret (compared as SHA-256 hashes, so the comparison''s timing tells nothing about the secret), a public client by presenting none (it has none; PKCE protects its codes). A public client sending a secret is refused too: it is not who it claims. Null row otherwise (invalid_client).';
+
+create function app.oauth_failure_subject(client app.oauth_clients, requester text)
+returns text
+language sql
+immutable
+set search_path = ''
+as $$
+  select case when client.id is not null and client.secret_hash is not null then 'client ' || client.client_id else requester end
+$$;
+comment on function app.oauth_failure_subject(app.oauth_clients, text) is
+  'Whom the failed-request limit (oauth_token_failure) counts against: a confidential client that authenticated with its secret, by its client_id; anyone else (a failed client authentication, a public client, whose client_id anyone may send) by client address. So strangers failing at an address a confidential client shares (a cloud egress, or a spoofed X-Forwarded-For on the edge) cannot lock that client out, and its own failures limit only itself.';
 
 create function app.oauth_pkce_matches(code_challenge text, code_verifier text)
 returns boolean
@@ -180,16 +195,31 @@ $$;
 comment on function app.oauth_token_json(app.oauth_clients, app.oauth_tokens) is
   'What the HTTP side needs to sign a newly issued access token with exactly the claims app.authenticate and Realtime expect (sub, jti, scope, client_id, first_party, chat) and to answer RFC 6749 section 5.1.';
 
-create function app.oauth_revoke_family(family uuid)
+create function app.oauth_lock_family(family uuid)
 returns void
 language sql
 volatile
 set search_path = ''
 as $$
-  update app.oauth_tokens t set revoked_at = now() where t.family_id = family and t.revoked_at is null
+  select pg_advisory_xact_lock(hashtextextended('app.oauth_family ' || family::text, 0))
+$$;
+comment on function app.oauth_lock_family(uuid) is
+  'Serializes what adds to a grant''s family (a refresh) and what revokes it, until commit. Without it a revocation''s UPDATE, whose snapshot predates a concurrent refresh''s insert, would miss the token that refresh issues, and that token (a thief''s, refreshing from another address while the app revokes or replays) would outlive the revocation. Taken before any row lock of the family, so the two never wait for each other in a cycle.';
+
+create function app.oauth_revoke_family(family uuid)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  perform app.oauth_lock_family(family);
+  -- A statement after the lock: its snapshot includes every token a refresh of this family committed.
+  update app.oauth_tokens t set revoked_at = now() where t.family_id = family and t.revoked_at is null;
+end;
 $$;
 comment on function app.oauth_revoke_family(uuid) is
-  'Revokes every access and refresh token of one grant: what revocation, a replayed code and a replayed refresh token all do. Live access tokens stop at once (app.authenticate, the realtime sweep).';
+  'Revokes every access and refresh token of one grant: what revocation, a replayed code and a replayed refresh token all do. Live access tokens stop at once (app.authenticate, the realtime sweep). Holds the family''s lock (app.oauth_lock_family), so a refresh running at the same time either finishes first and its new token is revoked here, or starts after and finds its refresh token revoked.';
 
 -- ============================================================================
 -- Row-level security and grants
@@ -240,7 +270,10 @@ declare
   wait_seconds integer;
   member uuid := member_id;
 begin
-  wait_seconds := app.keyed_rate_limit('oauth_sign_in_failure', requester, false);
+  -- Only codes are guessed: a member the HTTP side verified from the website's session is not
+  -- refused for the failures of others at their address (a shared one, or a spoofed
+  -- X-Forwarded-For on the edge).
+  wait_seconds := case when login_code_hash is null then 0 else app.keyed_rate_limit('oauth_sign_in_failure', requester, false) end;
   if wait_seconds > 0 then
     return app.oauth_error('temporarily_unavailable', format('Too many failed sign-ins from your address. Try again in %s seconds.', wait_seconds), 429, wait_seconds);
   end if;
@@ -267,7 +300,7 @@ begin
 end;
 $$;
 comment on function app.oauth_start_session(text, uuid, text, text, integer) is
-  'POST /oauth/login: spends a one-time sign-in code (or takes a member the HTTP side verified from a Supabase Auth session) and opens a session. Failed codes are counted per client address (oauth_sign_in_failure) and refused past the limit; expired codes and sessions are swept here, and a member keeps at most 10 sessions (the oldest go), so repeated sign-ins cannot grow the table.';
+  'POST /oauth/login: spends a one-time sign-in code (or takes a member the HTTP side verified from a Supabase Auth session) and opens a session. Failed codes are counted per client address (oauth_sign_in_failure) and codes refused past the limit (a verified website session is not: there is nothing to guess); expired codes and sessions are swept here, and a member keeps at most 10 sessions (the oldest go), so repeated sign-ins cannot grow the table.';
 
 create function app.oauth_create_code(session_hash text, presented_client_id text, requested_redirect_uri text, granted_scopes text[],
                                       requested_challenge text, new_code_hash text, code_seconds integer)
@@ -322,13 +355,18 @@ declare
   grant_row app.oauth_authorization_codes;
   token app.oauth_tokens;
   wait_seconds integer;
+  subject text;
   failure jsonb;
 begin
-  wait_seconds := app.keyed_rate_limit('oauth_token_failure', requester, false);
-  if wait_seconds > 0 then
-    return app.oauth_error('temporarily_unavailable', format('Too many failed token requests from your address. Try again in %s seconds.', wait_seconds), 429, wait_seconds);
-  end if;
+  -- Client authentication first: the limit counts a confidential client's failures against it,
+  -- everyone else's against their address (app.oauth_failure_subject).
   client := app.oauth_authenticate_client(presented_client_id, presented_secret_hash);
+  subject := app.oauth_failure_subject(client, requester);
+  wait_seconds := app.keyed_rate_limit('oauth_token_failure', subject, false);
+  if wait_seconds > 0 then
+    return app.oauth_error('temporarily_unavailable', format('Too many failed token requests from your %s. Try again in %s seconds.',
+                                                             case when subject = requester then 'address' else 'client' end, wait_seconds), 429, wait_seconds);
+  end if;
   if client.id is null then
     failure := app.oauth_error('invalid_client', 'Client authentication failed: unknown client, wrong secret, or a secret from a public client.', 401);
   else
@@ -349,7 +387,7 @@ begin
     end if;
   end if;
   if failure is not null then
-    perform app.keyed_rate_limit('oauth_token_failure', requester, true);
+    perform app.keyed_rate_limit('oauth_token_failure', subject, true);
     return failure;
   end if;
 
@@ -362,7 +400,7 @@ begin
 end;
 $$;
 comment on function app.oauth_exchange_code(text, text, text, text, text, text, uuid, text, integer) is
-  'POST /oauth/token, grant_type=authorization_code, in one transaction: client authentication, the code (this client''s, unused, unexpired, row-locked so two racing exchanges cannot both win), the exact redirect_uri, PKCE; then the code is spent and the first token of its family written. A replayed code revokes that family. Failures are counted per client address (oauth_token_failure).';
+  'POST /oauth/token, grant_type=authorization_code, in one transaction: client authentication, the code (this client''s, unused, unexpired, row-locked so two racing exchanges cannot both win), the exact redirect_uri, PKCE; then the code is spent and the first token of its family written. A replayed code revokes that family. Failures are counted per client address, or per confidential client once it authenticated (oauth_token_failure, app.oauth_failure_subject).';
 
 create function app.oauth_refresh(presented_client_id text, presented_secret_hash text, requester text, refresh_hash text,
                                   requested_scopes text[], new_jti uuid, new_refresh_hash text, access_seconds integer)
@@ -376,18 +414,27 @@ declare
   old app.oauth_tokens;
   token app.oauth_tokens;
   wait_seconds integer;
+  subject text;
   failure jsonb;
   rule app.rate_limits;
   seen integer;
 begin
-  wait_seconds := app.keyed_rate_limit('oauth_token_failure', requester, false);
-  if wait_seconds > 0 then
-    return app.oauth_error('temporarily_unavailable', format('Too many failed token requests from your address. Try again in %s seconds.', wait_seconds), 429, wait_seconds);
-  end if;
+  -- Client authentication first: the limit counts a confidential client's failures against it,
+  -- everyone else's against their address (app.oauth_failure_subject).
   client := app.oauth_authenticate_client(presented_client_id, presented_secret_hash);
+  subject := app.oauth_failure_subject(client, requester);
+  wait_seconds := app.keyed_rate_limit('oauth_token_failure', subject, false);
+  if wait_seconds > 0 then
+    return app.oauth_error('temporarily_unavailable', format('Too many failed token requests from your %s. Try again in %s seconds.',
+                                                             case when subject = requester then 'address' else 'client' end, wait_seconds), 429, wait_seconds);
+  end if;
   if client.id is null then
     failure := app.oauth_error('invalid_client', 'Client authentication failed: unknown client, wrong secret, or a secret from a public client.', 401);
   else
+    -- The family's lock before the row's (as app.oauth_revoke_family takes it): a revocation of
+    -- the family that began first has committed when the row is read below, and one that begins
+    -- later waits for this refresh and then revokes what it issues.
+    perform app.oauth_lock_family(t.family_id) from app.oauth_tokens t where t.refresh_token_hash = decode(refresh_hash, 'hex');
     select * into old from app.oauth_tokens t where t.refresh_token_hash = decode(refresh_hash, 'hex') for update;
     if old.jti is null or old.client_id <> client.id then
       failure := app.oauth_error('invalid_grant', 'The refresh token is not valid.');
@@ -404,17 +451,19 @@ begin
     end if;
   end if;
   if failure is not null then
-    perform app.keyed_rate_limit('oauth_token_failure', requester, true);
+    perform app.keyed_rate_limit('oauth_token_failure', subject, true);
     return failure;
   end if;
 
-  -- Every refresh writes a row: bounded per member like every write that grows a table
-  -- (counted from the member's tokens themselves, by the user_id index).
+  -- Every refresh writes a row: bounded like every write that grows a table, per member and
+  -- app (counted from the tokens themselves, by the user_id index). Per app, not per member: one
+  -- app refreshing as fast as the limit allows must not stop the member's other apps from
+  -- refreshing (their access tokens expire in 15 minutes).
   select * into rule from app.rate_limits r where r.action = 'oauth_refresh';
-  perform pg_advisory_xact_lock(hashtextextended('app.oauth_refresh ' || old.user_id::text, 0));
-  select count(*) into seen from app.oauth_tokens t where t.user_id = old.user_id and t.created_at > now() - rule.per;
+  perform pg_advisory_xact_lock(hashtextextended('app.oauth_refresh ' || old.user_id::text || ' ' || client.id::text, 0));
+  select count(*) into seen from app.oauth_tokens t where t.user_id = old.user_id and t.client_id = client.id and t.created_at > now() - rule.per;
   if seen >= rule.max_events then
-    return app.oauth_error('temporarily_unavailable', format('Too many tokens: at most %s per hour for one member.', rule.max_events), 429, 60);
+    return app.oauth_error('temporarily_unavailable', format('Too many tokens: at most %s per hour for one member and app.', rule.max_events), 429, 60);
   end if;
 
   update app.oauth_tokens t set refreshed_at = now() where t.jti = old.jti;
@@ -426,7 +475,7 @@ begin
 end;
 $$;
 comment on function app.oauth_refresh(text, text, text, text, text[], uuid, text, integer) is
-  'POST /oauth/token, grant_type=refresh_token: rotation. The presented refresh token (this client''s, live, at most 90 days old, row-locked) is spent and a new access and refresh token of the same family issued, with the same scopes or fewer (invalid_scope for more). A spent refresh token presented again revokes the whole family, live access tokens included. The previous access token stays valid until it expires (revoke it to end it sooner). oauth_refresh bounds the tokens a member''s refreshes write per hour (counting every token of the member).';
+  'POST /oauth/token, grant_type=refresh_token: rotation. The presented refresh token (this client''s, live, at most 90 days old; its family locked against a concurrent revocation, then its row locked) is spent and a new access and refresh token of the same family issued, with the same scopes or fewer (invalid_scope for more). A spent refresh token presented again revokes the whole family, live access tokens included. The previous access token stays valid until it expires (revoke it to end it sooner). oauth_refresh bounds the tokens a member''s refreshes write per hour for each app (counting every token of the member and app, so one app cannot spend the limit of the others).';
 
 create function app.oauth_introspect(presented_client_id text, presented_secret_hash text, requester text, token_jti uuid, refresh_hash text)
 returns jsonb
@@ -437,15 +486,20 @@ as $$
 declare
   client app.oauth_clients;
   wait_seconds integer;
+  subject text;
   result jsonb;
 begin
-  wait_seconds := app.keyed_rate_limit('oauth_token_failure', requester, false);
-  if wait_seconds > 0 then
-    return app.oauth_error('temporarily_unavailable', format('Too many failed token requests from your address. Try again in %s seconds.', wait_seconds), 429, wait_seconds);
-  end if;
+  -- Client authentication first: the limit counts a confidential client's failures against it,
+  -- everyone else's against their address (app.oauth_failure_subject).
   client := app.oauth_authenticate_client(presented_client_id, presented_secret_hash);
+  subject := app.oauth_failure_subject(client, requester);
+  wait_seconds := app.keyed_rate_limit('oauth_token_failure', subject, false);
+  if wait_seconds > 0 then
+    return app.oauth_error('temporarily_unavailable', format('Too many failed token requests from your %s. Try again in %s seconds.',
+                                                             case when subject = requester then 'address' else 'client' end, wait_seconds), 429, wait_seconds);
+  end if;
   if client.id is null then
-    perform app.keyed_rate_limit('oauth_token_failure', requester, true);
+    perform app.keyed_rate_limit('oauth_token_failure', subject, true);
     return app.oauth_error('invalid_client', 'Client authentication failed: unknown client, wrong secret, or a secret from a public client.', 401);
   end if;
   select jsonb_build_object(
@@ -480,14 +534,19 @@ declare
   client app.oauth_clients;
   family uuid;
   wait_seconds integer;
+  subject text;
 begin
-  wait_seconds := app.keyed_rate_limit('oauth_token_failure', requester, false);
-  if wait_seconds > 0 then
-    return app.oauth_error('temporarily_unavailable', format('Too many failed token requests from your address. Try again in %s seconds.', wait_seconds), 429, wait_seconds);
-  end if;
+  -- Client authentication first: the limit counts a confidential client's failures against it,
+  -- everyone else's against their address (app.oauth_failure_subject).
   client := app.oauth_authenticate_client(presented_client_id, presented_secret_hash);
+  subject := app.oauth_failure_subject(client, requester);
+  wait_seconds := app.keyed_rate_limit('oauth_token_failure', subject, false);
+  if wait_seconds > 0 then
+    return app.oauth_error('temporarily_unavailable', format('Too many failed token requests from your %s. Try again in %s seconds.',
+                                                             case when subject = requester then 'address' else 'client' end, wait_seconds), 429, wait_seconds);
+  end if;
   if client.id is null then
-    perform app.keyed_rate_limit('oauth_token_failure', requester, true);
+    perform app.keyed_rate_limit('oauth_token_failure', subject, true);
     return app.oauth_error('invalid_client', 'Client authentication failed: unknown client, wrong secret, or a secret from a public client.', 401);
   end if;
   select t.family_id into family from app.oauth_tokens t

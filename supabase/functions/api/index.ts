@@ -38,6 +38,9 @@ let docsScript: Promise<Uint8Array | null> | null = null
 const readDocsScript = () =>
   (docsScript ??= Deno.readFile(new URL('../../../node_modules/@scalar/api-reference/dist/browser/standalone.js', import.meta.url)).catch(() => null))
 
+// The website's origins (comma-separated), whose form posts a member's session to /oauth/login.
+const websiteOrigins = (env('WEBSITE_ORIGINS') ?? '').split(',').map((origin) => origin.trim().replace(/\/+$/, '')).filter(Boolean)
+
 // Once per isolate. Supabase's transaction pooler (port 6543) cannot keep prepared statements.
 const prepare = new URL(databaseUrl).port !== '6543'
 // Every request's statement runs under STATEMENT_TIMEOUT_MS (default 5 s), sent as a startup
@@ -79,7 +82,7 @@ const app = createApp(
   // An invocation claims new batches for at most 50 s (pg_net waits 55 s for its answer), well
   // within the edge runtime's 150 s wall clock even with a 15 s delivery under way.
   {
-    sql, publicUrl, jwtSecret, upgradeUrl, storage, workerSecret, webhookAllowPrivate, webhookSender, webhookDrain: { budgetMs: 50_000 },
+    sql, publicUrl, jwtSecret, upgradeUrl, websiteOrigins, storage, workerSecret, webhookAllowPrivate, webhookSender, webhookDrain: { budgetMs: 50_000 },
     pushTransport, apns, pushDrain: { budgetMs: 50_000 },
     // gzip only (CompressionStream): the edge runtime has no brotli encoder we can count on.
     webUrl, docsScript: readDocsScript, accessLog: (line) => console.log(line),
