@@ -198,6 +198,21 @@ describe('request ids and the access log', () => {
     expect(world.accessLog.join('\n')).not.toContain(alice.api_key)
   })
 
+  it('never logs a file\'s key, the capability to read it (the PUT\'s path, /files/{key}, an archive\'s path)', async () => {
+    const file = Buffer.from('a private attachment')
+    const up = await upload(alice, file, 'text/plain', 'private.txt')
+    expect((await raw(`/files/${up.key}`)).status).toBe(200)
+    const archive = '/storage/v1/exports/0123456789abcdef0123456789abcdef/export.json?expires=1&signature=00'
+    expect((await raw(archive)).status).toBe(403)
+    const log = world.accessLog.join('\n')
+    const [folder] = up.key.split('/')
+    expect(log).not.toContain(folder)
+    expect(log).not.toContain('0123456789abcdef0123456789abcdef')
+    expect(log).toMatch(/^PUT \/storage\/v1\/uploads\/\[redacted\]\?size=\d+&expires=\d+&signature=\[redacted\] 200 /m)
+    expect(log).toMatch(/^GET \/files\/\[redacted\] 200 /m)
+    expect(log).toMatch(/^GET \/storage\/v1\/exports\/\[redacted\]\?expires=1&signature=\[redacted\] 403 /m)
+  })
+
   it('makes an id when the client sends none or an unusable one', async () => {
     const none = await world.get('/health')
     expect(none.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/)
