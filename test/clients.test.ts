@@ -14,6 +14,7 @@ import { runStorageMaintenance } from '../functions/lib/maintenance.ts'
 import { createSql } from '../functions/lib/sql.ts'
 import type { FileStorage } from '../functions/lib/storage.ts'
 import { JWT_SECRET, type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+import { authorizeQuery, browserless, signIn } from './support/oauth.ts'
 
 let world: TestWorld
 let alice: CreatedUser
@@ -151,6 +152,25 @@ describe('compression', () => {
     const again = await raw(`/files/${up.key}`, { 'if-none-match': String(file.headers.etag) })
     expect(again.status).toBe(304)
     expect(again.body.length).toBe(0)
+  })
+
+  it('never the consent page (CSRF token beside reflected input: a BREACH oracle), nor any answer to a request with cookies', async () => {
+    const redirect = 'https://app.example/callback'
+    const client = await world.admin('create-oauth-client', '--name', 'Breach probe', '--redirect-uri', redirect)
+    const params = { client_id: client.client_id, redirect_uri: redirect, scope: 'public', state: 'csrf_token=' + 'guess'.repeat(40) }
+    const agent = browserless(world.baseUrl)
+    expect((await signIn(agent, (await world.admin('login-code', '--user', 'alice')).code, params)).status).toBe(303)
+    const page = await raw(`/oauth/authorize?${authorizeQuery(params)}`, { cookie: agent.cookie!, 'accept-encoding': 'gzip, br' })
+    expect(page.status).toBe(200)
+    expect(page.body.toString()).toContain('name="csrf_token"')
+    expect(page.body.length).toBeGreaterThan(1024)
+    expect(page.headers['content-encoding']).toBeUndefined()
+    // no-transform: Deno.serve's own compression and the gateway's leave it alone too.
+    expect(page.headers['cache-control']).toBe('no-store, no-transform')
+    // Any answer to a request that carries cookies is sent as it is.
+    const withCookie = await raw('/v1/todos?limit=25', { authorization: `Bearer ${alice.api_key}`, cookie: 'x=1', 'accept-encoding': 'gzip' })
+    expect(withCookie.status).toBe(200)
+    expect(withCookie.headers['content-encoding']).toBeUndefined()
   })
 
   it('never twice: an answer that already has a Content-Encoding is left alone', async () => {

@@ -112,6 +112,10 @@ export function compression(options: { brotli?: BrotliEncoder } = {}): Middlewar
     if (c.req.method !== 'GET' && c.req.method !== 'POST' && c.req.method !== 'PATCH' && c.req.method !== 'PUT') return
     if (!ours(res) || !COMPRESSIBLE.test(res.headers.get('content-type') ?? '')) return
     if (/no-transform/i.test(res.headers.get('cache-control') ?? '')) return
+    // An answer to a request with cookies may carry a cookie-bound secret (a CSRF token) beside
+    // what the request reflects: compressed, its length is a BREACH oracle. Bearer-token answers
+    // are safe: another site cannot make a client send its token with the attacker's input.
+    if (c.req.header('cookie') !== undefined || res.headers.has('set-cookie')) return
     const length = Number(res.headers.get('content-length') ?? NaN)
     if (length < COMPRESS_MIN_BYTES) return
     const out = mutable(res)
