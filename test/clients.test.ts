@@ -397,6 +397,24 @@ describe('web pages, as an anonymous visitor may see them', () => {
     expect(await open.text()).toContain('Calibrated the #openlab scope')
     expect((await fetch(`${world.baseUrl}/projects/hidden-lab`)).status).toBe(404)
   })
+
+  it('a project page lists the todos the API lists for the project: not those of a maker who never accepted, nor those another project owns', async () => {
+    const project = await world.admin('create-project', '--owner', 'alice', '--name', 'Quiet lab', '--slug', 'quiet-lab', '--hashtag', 'quietlab')
+    await world.admin('create-project', '--owner', 'alice', '--name', 'Loud lab', '--slug', 'loud-lab', '--hashtag', 'loudlab')
+    // An invitation bob never accepted ("only accepted makers count").
+    await world.sql`insert into app.project_makers (project_id, user_id, accepted) values (${project.id.replace(/^proj_/, '')}::uuid, ${bob.id.replace(/^user_/, '')}::uuid, false)`
+    await world.post('/v1/todos', { auth: bob.api_key, json: { body: 'Not a maker: #quietlab spam' } })
+    await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'Owned by #loudlab, mentions #quietlab' } })
+    await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'Soldered the #quietlab board' } })
+    const api = await world.get(`/v1/projects/${project.id}/todos`, { auth: bob.api_key })
+    expect(api.status).toBe(200)
+    expect(api.body.data.map((t: { body: string }) => t.body)).toEqual(['Soldered the #quietlab board'])
+    const page = await (await fetch(`${world.baseUrl}/projects/quiet-lab`)).text()
+    expect(page).toContain('Soldered the #quietlab board')
+    expect(page).not.toContain('spam')
+    expect(page).not.toContain('Owned by')
+    expect((await fetch(`${world.baseUrl}/projects/${project.id}`)).status).toBe(200)
+  })
 })
 
 describe('WEB_URL', () => {
