@@ -472,6 +472,28 @@ describe('uploads of types we do not name', () => {
     }
   })
 
+  it('polyglots are served as what their first bytes say, never as a document: a PNG header then HTML, an ftyp box then HTML, XML', async () => {
+    const html = '<html><body><script>alert(document.domain)</script></body></html>'
+    const pngHead = png(2, 2).subarray(0, 33)
+    const ftyp = Buffer.from([0, 0, 0, 0x18, ...Buffer.from('ftypisom'), 0, 0, 2, 0, ...Buffer.from('isomiso2')])
+    const cases = [
+      [Buffer.concat([pngHead, Buffer.from(html)]), 'image/png'],
+      [Buffer.concat([ftyp, Buffer.from(html)]), 'video/mp4'],
+      [Buffer.from(`<?xml version="1.0"?><html xmlns="http://www.w3.org/1999/xhtml"><script>alert(1)</script></html>`), 'application/xml'],
+    ] as const
+    for (const [file, expected] of cases) {
+      const up = await upload(alice, file, 'application/octet-stream', 'page.html')
+      const todo = await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'polyglot', attachments: [up.signed_id] } })
+      expect(todo.status).toBe(201)
+      expect(todo.body.attachments[0].mime_type).toBe(expected)
+      const served = await fetch(local(todo.body.attachments[0].url))
+      expect(served.headers.get('content-type')).toBe(expected)
+      expect(served.headers.get('content-disposition')).toBe(expected === 'application/xml' ? 'attachment' : 'inline')
+      expect(served.headers.get('x-content-type-options')).toBe('nosniff')
+      expect(served.headers.get('content-security-policy')).toMatch(/^sandbox;/)
+    }
+  })
+
   it('on Supabase Storage (which records the PUT\'s octet-stream) the storage worker finds the type and the size', async () => {
     const file = png(20, 10)
     const asked = await world.post('/v1/uploads', { auth: bob.api_key, json: { filename: 'x.bin', byte_size: file.length, checksum: md5(file), content_type: 'application/octet-stream' } })
