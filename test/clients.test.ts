@@ -4,7 +4,7 @@
 // WEB_URL, and uploads of types we do not name (application/octet-stream from a desktop client).
 import { createHash } from 'node:crypto'
 import { request as httpRequest } from 'node:http'
-import { brotliDecompressSync, gunzipSync, gzipSync } from 'node:zlib'
+import { brotliCompressSync, brotliDecompressSync, gunzipSync, gzipSync } from 'node:zlib'
 import { Hono } from 'hono'
 import { PNG } from 'pngjs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -171,6 +171,33 @@ describe('compression', () => {
     const withCookie = await raw('/v1/todos?limit=25', { authorization: `Bearer ${alice.api_key}`, cookie: 'x=1', 'accept-encoding': 'gzip' })
     expect(withCookie.status).toBe(200)
     expect(withCookie.headers['content-encoding']).toBeUndefined()
+  })
+
+  it('a large public script is compressed once however many ask at once, and members\' private pages never push it out', async () => {
+    let compressions = 0
+    const brotli = async (data: Uint8Array) => {
+      compressions++
+      await new Promise((resolve) => setTimeout(resolve, 20))
+      return new Uint8Array(brotliCompressSync(data))
+    }
+    const script = 'console.log("reference");\n'.repeat(4000)
+    const tag = `W/"script-${Math.random()}"`
+    const app = new Hono()
+    app.use('*', compression({ brotli }))
+    app.get('/script.js', (c) => c.body(script, 200, { 'content-type': 'text/javascript', 'cache-control': 'public, max-age=86400', etag: tag }))
+    app.get('/page/:n', (c) => c.json({ n: c.req.param('n'), data: 'x'.repeat(70_000) }, 200, { 'cache-control': 'private, no-cache', etag: `W/"page-${c.req.param('n')}-${Math.random()}"` }))
+    const get = (path: string) => app.request(path, { headers: { 'accept-encoding': 'br' } })
+    const answers = await Promise.all(Array.from({ length: 20 }, () => get('/script.js')))
+    for (const res of answers) {
+      expect(res.headers.get('content-encoding')).toBe('br')
+      expect(brotliDecompressSync(Buffer.from(await res.arrayBuffer())).toString()).toBe(script)
+    }
+    expect(compressions).toBe(1)
+    // A member's private pages, each different: compressed for them, never kept.
+    for (let n = 0; n < 20; n++) expect((await get(`/page/${n}`)).headers.get('content-encoding')).toBe('br')
+    expect(compressions).toBe(21)
+    await get('/script.js')
+    expect(compressions).toBe(21)
   })
 
   it('never twice: an answer that already has a Content-Encoding is left alone', async () => {
