@@ -132,7 +132,13 @@ export function localStorage(options: LocalStorageOptions): LocalStorage {
 
   const routes = new Hono()
   routes.put('/storage/v1/uploads/*', async (c) => {
-    const key = c.req.path.slice('/storage/v1/uploads/'.length).split('/').map(decodeURIComponent).join('/')
+    // A malformed escape (%ZZ) names no upload: 404, not a URIError's 500.
+    let key: string
+    try {
+      key = c.req.path.slice('/storage/v1/uploads/'.length).split('/').map(decodeURIComponent).join('/')
+    } catch {
+      return refuse(404, 'No such upload.')
+    }
     if (!KEY_PATTERN.test(key)) return refuse(404, 'No such upload.')
     const size = Number(c.req.query('size'))
     const expires = Number(c.req.query('expires'))

@@ -4,7 +4,7 @@
 // WEB_URL, and uploads of types we do not name (application/octet-stream from a desktop client).
 import { createHash } from 'node:crypto'
 import { request as httpRequest } from 'node:http'
-import { brotliDecompressSync, gunzipSync, gzipSync } from 'node:zlib'
+import { brotliCompressSync, brotliDecompressSync, gunzipSync, gzipSync } from 'node:zlib'
 import { Hono } from 'hono'
 import { PNG } from 'pngjs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -14,6 +14,7 @@ import { runStorageMaintenance } from '../functions/lib/maintenance.ts'
 import { createSql } from '../functions/lib/sql.ts'
 import type { FileStorage } from '../functions/lib/storage.ts'
 import { JWT_SECRET, type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+import { authorizeQuery, browserless, signIn } from './support/oauth.ts'
 
 let world: TestWorld
 let alice: CreatedUser
@@ -153,6 +154,52 @@ describe('compression', () => {
     expect(again.body.length).toBe(0)
   })
 
+  it('never the consent page (CSRF token beside reflected input: a BREACH oracle), nor any answer to a request with cookies', async () => {
+    const redirect = 'https://app.example/callback'
+    const client = await world.admin('create-oauth-client', '--name', 'Breach probe', '--redirect-uri', redirect)
+    const params = { client_id: client.client_id, redirect_uri: redirect, scope: 'public', state: 'csrf_token=' + 'guess'.repeat(40) }
+    const agent = browserless(world.baseUrl)
+    expect((await signIn(agent, (await world.admin('login-code', '--user', 'alice')).code, params)).status).toBe(303)
+    const page = await raw(`/oauth/authorize?${authorizeQuery(params)}`, { cookie: agent.cookie!, 'accept-encoding': 'gzip, br' })
+    expect(page.status).toBe(200)
+    expect(page.body.toString()).toContain('name="csrf_token"')
+    expect(page.body.length).toBeGreaterThan(1024)
+    expect(page.headers['content-encoding']).toBeUndefined()
+    // no-transform: Deno.serve's own compression and the gateway's leave it alone too.
+    expect(page.headers['cache-control']).toBe('no-store, no-transform')
+    // Any answer to a request that carries cookies is sent as it is.
+    const withCookie = await raw('/v1/todos?limit=25', { authorization: `Bearer ${alice.api_key}`, cookie: 'x=1', 'accept-encoding': 'gzip' })
+    expect(withCookie.status).toBe(200)
+    expect(withCookie.headers['content-encoding']).toBeUndefined()
+  })
+
+  it('a large public script is compressed once however many ask at once, and members\' private pages never push it out', async () => {
+    let compressions = 0
+    const brotli = async (data: Uint8Array) => {
+      compressions++
+      await new Promise((resolve) => setTimeout(resolve, 20))
+      return new Uint8Array(brotliCompressSync(data))
+    }
+    const script = 'console.log("reference");\n'.repeat(4000)
+    const tag = `W/"script-${Math.random()}"`
+    const app = new Hono()
+    app.use('*', compression({ brotli }))
+    app.get('/script.js', (c) => c.body(script, 200, { 'content-type': 'text/javascript', 'cache-control': 'public, max-age=86400', etag: tag }))
+    app.get('/page/:n', (c) => c.json({ n: c.req.param('n'), data: 'x'.repeat(70_000) }, 200, { 'cache-control': 'private, no-cache', etag: `W/"page-${c.req.param('n')}-${Math.random()}"` }))
+    const get = (path: string) => app.request(path, { headers: { 'accept-encoding': 'br' } })
+    const answers = await Promise.all(Array.from({ length: 20 }, () => get('/script.js')))
+    for (const res of answers) {
+      expect(res.headers.get('content-encoding')).toBe('br')
+      expect(brotliDecompressSync(Buffer.from(await res.arrayBuffer())).toString()).toBe(script)
+    }
+    expect(compressions).toBe(1)
+    // A member's private pages, each different: compressed for them, never kept.
+    for (let n = 0; n < 20; n++) expect((await get(`/page/${n}`)).headers.get('content-encoding')).toBe('br')
+    expect(compressions).toBe(21)
+    await get('/script.js')
+    expect(compressions).toBe(21)
+  })
+
   it('never twice: an answer that already has a Content-Encoding is left alone', async () => {
     const body = gzipSync(JSON.stringify({ x: 'y'.repeat(5000) }))
     const app = new Hono()
@@ -196,6 +243,21 @@ describe('request ids and the access log', () => {
     const line = world.accessLog.find((l) => l.includes('id=client-42.abc'))!
     expect(line).toMatch(/^GET \/v1\/users\/me\?api_key=\[redacted\]&x=1 200 \d+\.\dms id=client-42\.abc$/)
     expect(world.accessLog.join('\n')).not.toContain(alice.api_key)
+  })
+
+  it('never logs a file\'s key, the capability to read it (the PUT\'s path, /files/{key}, an archive\'s path)', async () => {
+    const file = Buffer.from('a private attachment')
+    const up = await upload(alice, file, 'text/plain', 'private.txt')
+    expect((await raw(`/files/${up.key}`)).status).toBe(200)
+    const archive = '/storage/v1/exports/0123456789abcdef0123456789abcdef/export.json?expires=1&signature=00'
+    expect((await raw(archive)).status).toBe(403)
+    const log = world.accessLog.join('\n')
+    const [folder] = up.key.split('/')
+    expect(log).not.toContain(folder)
+    expect(log).not.toContain('0123456789abcdef0123456789abcdef')
+    expect(log).toMatch(/^PUT \/storage\/v1\/uploads\/\[redacted\]\?size=\d+&expires=\d+&signature=\[redacted\] 200 /m)
+    expect(log).toMatch(/^GET \/files\/\[redacted\] 200 /m)
+    expect(log).toMatch(/^GET \/storage\/v1\/exports\/\[redacted\]\?expires=1&signature=\[redacted\] 403 /m)
   })
 
   it('makes an id when the client sends none or an unusable one', async () => {
@@ -291,6 +353,21 @@ describe('every URL the API hands out resolves', () => {
     expect(cached.status).toBe(304)
   })
 
+  it('a new colour costs an anonymous visitor\'s request little: 40 large headers in distinct colours (was about 70 ms of CPU each, most of it blocking)', async () => {
+    const started = performance.now()
+    for (let i = 0; i < 40; i++) {
+      const res = await raw(`/assets/header/large/${(0xa00000 + i * 7919).toString(16).toUpperCase()}/_.png`)
+      expect(res.status).toBe(200)
+      if (i === 0) {
+        const image = PNG.sync.read(res.body)
+        expect([image.width, image.height]).toEqual([1500, 500])
+        expect([...image.data.subarray(0, 3)]).toEqual([0xa0, 0x00, 0x00])
+        expect([...image.data.subarray(image.data.length - 4, image.data.length - 1)]).toEqual([0xa0, 0x00, 0x00])
+      }
+    }
+    expect(performance.now() - started).toBeLessThan(40 * 20)
+  })
+
   it('the old default URLs answer too, and anything else under /assets is a JSON 404', async () => {
     const old = await fetch(`${world.baseUrl}/assets/default-avatar-medium.png`)
     expect(old.status).toBe(200)
@@ -347,6 +424,24 @@ describe('web pages, as an anonymous visitor may see them', () => {
     expect(await open.text()).toContain('Calibrated the #openlab scope')
     expect((await fetch(`${world.baseUrl}/projects/hidden-lab`)).status).toBe(404)
   })
+
+  it('a project page lists the todos the API lists for the project: not those of a maker who never accepted, nor those another project owns', async () => {
+    const project = await world.admin('create-project', '--owner', 'alice', '--name', 'Quiet lab', '--slug', 'quiet-lab', '--hashtag', 'quietlab')
+    await world.admin('create-project', '--owner', 'alice', '--name', 'Loud lab', '--slug', 'loud-lab', '--hashtag', 'loudlab')
+    // An invitation bob never accepted ("only accepted makers count").
+    await world.sql`insert into app.project_makers (project_id, user_id, accepted) values (${project.id.replace(/^proj_/, '')}::uuid, ${bob.id.replace(/^user_/, '')}::uuid, false)`
+    await world.post('/v1/todos', { auth: bob.api_key, json: { body: 'Not a maker: #quietlab spam' } })
+    await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'Owned by #loudlab, mentions #quietlab' } })
+    await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'Soldered the #quietlab board' } })
+    const api = await world.get(`/v1/projects/${project.id}/todos`, { auth: bob.api_key })
+    expect(api.status).toBe(200)
+    expect(api.body.data.map((t: { body: string }) => t.body)).toEqual(['Soldered the #quietlab board'])
+    const page = await (await fetch(`${world.baseUrl}/projects/quiet-lab`)).text()
+    expect(page).toContain('Soldered the #quietlab board')
+    expect(page).not.toContain('spam')
+    expect(page).not.toContain('Owned by')
+    expect((await fetch(`${world.baseUrl}/projects/${project.id}`)).status).toBe(200)
+  })
 })
 
 describe('WEB_URL', () => {
@@ -401,6 +496,28 @@ describe('uploads of types we do not name', () => {
       expect(served.headers.get('content-disposition')).toBe('attachment')
       expect(served.headers.get('content-type')).not.toMatch(/html|svg/)
       expect(served.headers.get('content-security-policy')).toMatch(/^sandbox/)
+    }
+  })
+
+  it('polyglots are served as what their first bytes say, never as a document: a PNG header then HTML, an ftyp box then HTML, XML', async () => {
+    const html = '<html><body><script>alert(document.domain)</script></body></html>'
+    const pngHead = png(2, 2).subarray(0, 33)
+    const ftyp = Buffer.from([0, 0, 0, 0x18, ...Buffer.from('ftypisom'), 0, 0, 2, 0, ...Buffer.from('isomiso2')])
+    const cases = [
+      [Buffer.concat([pngHead, Buffer.from(html)]), 'image/png'],
+      [Buffer.concat([ftyp, Buffer.from(html)]), 'video/mp4'],
+      [Buffer.from(`<?xml version="1.0"?><html xmlns="http://www.w3.org/1999/xhtml"><script>alert(1)</script></html>`), 'application/xml'],
+    ] as const
+    for (const [file, expected] of cases) {
+      const up = await upload(alice, file, 'application/octet-stream', 'page.html')
+      const todo = await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'polyglot', attachments: [up.signed_id] } })
+      expect(todo.status).toBe(201)
+      expect(todo.body.attachments[0].mime_type).toBe(expected)
+      const served = await fetch(local(todo.body.attachments[0].url))
+      expect(served.headers.get('content-type')).toBe(expected)
+      expect(served.headers.get('content-disposition')).toBe(expected === 'application/xml' ? 'attachment' : 'inline')
+      expect(served.headers.get('x-content-type-options')).toBe('nosniff')
+      expect(served.headers.get('content-security-policy')).toMatch(/^sandbox;/)
     }
   })
 

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { JWT_SECRET, type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
 import { freePort } from './support/net.ts'
 import * as oauth from 'oauth4webapi'
-import { browserless, consent, discover, insecure, signIn } from './support/oauth.ts'
+import { authorizeQuery, browserless, consent, discover, insecure, signIn } from './support/oauth.ts'
 
 const ROOT = resolve(import.meta.dirname, '..')
 const DENO = join(ROOT, 'node_modules', '.bin', 'deno')
@@ -194,6 +194,11 @@ describe('supabase/functions/api on Deno', () => {
     const agent = browserless(base)
     const { code } = await world.admin('login-code', '--user', 'alice')
     expect((await signIn(agent, code, params)).status).toBe(303)
+    // The consent page (CSRF token beside reflected input) is never compressed, by us or by Deno.serve (BREACH).
+    const page = await raw(`${base}/oauth/authorize?${authorizeQuery(params)}`, { cookie: agent.cookie!, 'accept-encoding': 'gzip, br' })
+    expect(page.status).toBe(200)
+    expect(page.body.toString()).toContain('name="csrf_token"')
+    expect(page.headers['content-encoding']).toBeUndefined()
     const landed = await consent(agent, params)
     const tokens = await oauth.processAuthorizationCodeResponse(as, client,
       await oauth.authorizationCodeGrantRequest(as, client, auth, oauth.validateAuthResponse(as, client, landed, 'deno'), redirectUri, verifier, insecure))

@@ -478,7 +478,7 @@ describe('the authorization endpoint', () => {
     expect(page.headers.get('content-security-policy')).toContain("default-src 'none'")
     expect(page.headers.get('content-security-policy')).toContain("frame-ancestors 'none'")
     expect(page.headers.get('x-frame-options')).toBe('DENY')
-    expect(page.headers.get('cache-control')).toBe('no-store')
+    expect(page.headers.get('cache-control')).toBe('no-store, no-transform')
     // The state comes back unchanged.
     const answer = await agent.post('/oauth/authorize', { ...hiddenFields(html), decision: 'approve' })
     expect(new URL(answer.headers.get('location')!).searchParams.get('state')).toBe(state)

@@ -188,6 +188,12 @@ describe('the PUT rejects and keeps nothing', () => {
     await expectNothingKept(asked.key)
   })
 
+  it('404 for a malformed escape in the PUT\'s path (was a URIError, 500)', async () => {
+    const res = await fetch(`${world.baseUrl}/storage/v1/uploads/%E0%A4/x.png?size=1&expires=1&signature=00`, { method: 'PUT', body: 'x' })
+    expect(res.status).toBe(404)
+    expect(await res.json()).toEqual({ error: 'No such upload.' })
+  })
+
   it('400 for a body of another size or checksum, 413 for a larger one', async () => {
     const file = png(8, 8)
     const asked = (await requestUpload(alice, file, 'image/png', 'x.png')).body

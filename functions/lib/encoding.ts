@@ -95,8 +95,13 @@ async function gzip(bytes: Uint8Array): Promise<Uint8Array> {
   return new Uint8Array(await new Response(stream).arrayBuffer())
 }
 
-/** Compressed copies of large bodies with a tag (the reference's script), so they are compressed once. */
-const cache = new Map<string, Uint8Array>()
+/**
+ * Compressed copies of large public bodies with a tag (the reference's script, 4 MB: about
+ * 100 ms to compress), so they are compressed once, however many ask at the same time. Only
+ * `Cache-Control: public` answers: a member's private pages are never asked for twice alike,
+ * and would only push the script out (then every anonymous request compressed it again).
+ */
+const cache = new Map<string, Promise<Uint8Array>>()
 const CACHE_FROM_BYTES = 64 * 1024
 const CACHE_ENTRIES = 16
 
@@ -112,6 +117,10 @@ export function compression(options: { brotli?: BrotliEncoder } = {}): Middlewar
     if (c.req.method !== 'GET' && c.req.method !== 'POST' && c.req.method !== 'PATCH' && c.req.method !== 'PUT') return
     if (!ours(res) || !COMPRESSIBLE.test(res.headers.get('content-type') ?? '')) return
     if (/no-transform/i.test(res.headers.get('cache-control') ?? '')) return
+    // An answer to a request with cookies may carry a cookie-bound secret (a CSRF token) beside
+    // what the request reflects: compressed, its length is a BREACH oracle. Bearer-token answers
+    // are safe: another site cannot make a client send its token with the attacker's input.
+    if (c.req.header('cookie') !== undefined || res.headers.has('set-cookie')) return
     const length = Number(res.headers.get('content-length') ?? NaN)
     if (length < COMPRESS_MIN_BYTES) return
     const out = mutable(res)
@@ -129,14 +138,21 @@ export function compression(options: { brotli?: BrotliEncoder } = {}): Middlewar
       return
     }
     const etag = out.headers.get('etag')
-    const key = etag && bytes.length >= CACHE_FROM_BYTES ? `${encoding} ${etag}` : null
-    let packed = key ? cache.get(key) : undefined
-    if (!packed) {
-      packed = encoding === 'br' ? await options.brotli!(bytes) : await gzip(bytes)
-      if (key) {
+    const shared = /(^|[\s,])public\b/i.test(out.headers.get('cache-control') ?? '')
+    const key = etag && shared && bytes.length >= CACHE_FROM_BYTES ? `${encoding} ${bytes.length} ${etag}` : null
+    const encode = async () => (encoding === 'br' ? await options.brotli!(bytes) : await gzip(bytes))
+    let packed: Uint8Array
+    if (key) {
+      let pending = cache.get(key)
+      if (!pending) {
+        pending = encode()
         if (cache.size >= CACHE_ENTRIES) cache.delete(cache.keys().next().value!)
-        cache.set(key, packed)
+        cache.set(key, pending)
+        pending.catch(() => cache.delete(key))
       }
+      packed = await pending
+    } else {
+      packed = await encode()
     }
     const headers = new Headers(out.headers)
     headers.set('content-encoding', encoding)

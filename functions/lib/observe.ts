@@ -9,15 +9,30 @@ const SANE_ID = /^[A-Za-z0-9._:@=+\/-]{1,128}$/
 /** Query parameters whose values never reach the log (credentials, OAuth secrets and codes). */
 const SECRET_PARAMS = new Set(['api_key', 'access_token', 'refresh_token', 'token', 'code', 'client_secret', 'code_verifier', 'password', 'signature'])
 
-/** The path and query of a URL as the log shows it: secret parameters' values replaced. */
+/**
+ * Paths that are capabilities themselves: a stored file's key (128 random bits) is all it takes
+ * to read the file at /files/{key} (or, before it is attached, to learn where it will be), so
+ * the log keeps the route and drops the key. Archives' paths need their signature, which the
+ * query rule redacts, but their key goes too.
+ */
+const CAPABILITY_PATHS = /^(.*?\/(?:files|storage\/v1\/uploads|storage\/v1\/exports))\/.+$/
+
+/** The path of a URL as the log shows it: a file's key replaced. */
+function loggedPathname(pathname: string): string {
+  const match = CAPABILITY_PATHS.exec(pathname)
+  return match ? `${match[1]}/[redacted]` : pathname
+}
+
+/** The path and query of a URL as the log shows it: file keys and secret parameters' values replaced. */
 export function loggedPath(url: URL): string {
-  if (!url.search) return url.pathname
+  const pathname = loggedPathname(url.pathname)
+  if (!url.search) return pathname
   const parts = url.search.slice(1).split('&').map((pair) => {
     const eq = pair.indexOf('=')
     const name = decodeURIComponentSafe(eq < 0 ? pair : pair.slice(0, eq)).toLowerCase()
     return SECRET_PARAMS.has(name) ? `${eq < 0 ? pair : pair.slice(0, eq)}=[redacted]` : pair
   })
-  return `${url.pathname}?${parts.join('&')}`
+  return `${pathname}?${parts.join('&')}`
 }
 
 function decodeURIComponentSafe(text: string): string {

@@ -19,10 +19,16 @@ export function escape(text: string): string {
   return text.replace(/[&<>"']/g, (ch) => ENTITIES[ch]!)
 }
 
-/** Headers of every page: never cached, never framed, no script runs. */
+/**
+ * Headers of every page: never cached, never framed, no script runs, never compressed. The
+ * consent page carries the CSRF token next to what the request reflects (state, scope, the
+ * app's parameters); compressed, its length would tell a network observer how much of a guess
+ * at the token matched (BREACH). `no-transform` keeps our compression off it, and Deno.serve's
+ * and the gateway's too.
+ */
 export const PAGE_HEADERS: Record<string, string> = {
   'content-type': 'text/html; charset=UTF-8',
-  'cache-control': 'no-store',
+  'cache-control': 'no-store, no-transform',
   'x-frame-options': 'DENY',
   'x-content-type-options': 'nosniff',
   // same-origin, not no-referrer: with no-referrer Chromium sends `Origin: null` on our own forms.

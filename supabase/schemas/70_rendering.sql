@@ -791,7 +791,7 @@ as $$
     where kind = 'todo' and ref ~ '^[0-9]{1,18}$' and t.number = ref::bigint and t.author_privacy = 'public'),
   project as (
     select p.* from app.projects p
-    where kind = 'project' and (p.id = app.from_public_id('proj', ref) or p.slug = lower(ref)) and p.privacy <> 'private')
+    where kind = 'project' and (p.id = app.from_public_id('proj', ref) or lower(p.slug) = lower(ref)) and p.privacy <> 'private')
   select coalesce(
     (select jsonb_build_object(
        'kind', 'user', 'title', coalesce(nullif(btrim(concat_ws(' ', m.first_name, m.last_name)), ''), m.username),
@@ -818,13 +818,11 @@ as $$
        'todos', case when p.privacy = 'public' then coalesce((
          select jsonb_agg(jsonb_build_object('body', t.body, 'created_at', t.created_at, 'url', web.base || '/todos/' || t.number) order by t.created_at desc)
          from (select t.* from app.todos t
-               join app.todo_project_mentions pm on pm.todo_id = t.id and pm.project_id = p.id
-               join app.project_makers mk on mk.project_id = p.id and mk.user_id = t.user_id
-               where t.author_privacy = 'public' order by t.created_at desc limit 20) t), '[]') else '[]' end)
+               where t.project_id = p.id and t.author_privacy = 'public' order by t.created_at desc limit 20) t), '[]') else '[]' end)
      from project p, web))
 $$;
 comment on function app.web_page(text, text) is
-  'What the web pages /@username, /todos/{n} and /projects/{slug} show to an anonymous visitor (they carry no credential): a public or protected member''s profile, with their 20 newest todos only when public; a todo of a public member; a public or protected project, with its makers'' 20 newest public todos only when public. Null (a 404 page) for private members and projects, other members'' todos and anything unknown. Security definer: the page has no member to run as, so the rules are the anonymous viewer''s, written out here.';
+  'What the web pages /@username, /todos/{n} and /projects/{slug} show to an anonymous visitor (they carry no credential): a public or protected member''s profile, with their 20 newest todos only when public; a todo of a public member; a public or protected project, with its 20 newest todos of public members only when public (todos.project_id: the API''s rule for a project''s todos, written by accepted makers; read down the (project_id, created_at) index, as the project is found by its lower(slug) index, so an anonymous page view never scans). Null (a 404 page) for private members and projects, other members'' todos and anything unknown. Security definer: the page has no member to run as, so the rules are the anonymous viewer''s, written out here.';
 grant execute on function app.web_page(text, text) to service_role;
 
 -- ============================================================================
