@@ -42,7 +42,7 @@ describe('approve-deletion removes what notifications, push and OAuth keep of th
     const device = await world.post('/v1/devices', { auth: leaDevices, json: { token: randomBytes(32).toString('hex'), platform: 'ios' } })
     expect(device.status).toBe(201)
     const p256dh = createECDH('prime256v1').generateKeys().toString('base64url')
-    await world.admin('add-web-push-subscription', '--user', 'lea', '--endpoint', 'https://push.example.net/lea', '--p256dh', p256dh, '--auth', randomBytes(16).toString('base64url'))
+    await world.admin('add-web-push-subscription', '--user', 'lea', '--endpoint', 'https://push.example.net/lea', `--p256dh=${p256dh}`, `--auth=${randomBytes(16).toString('base64url')}`)
 
     // An OAuth grant through the consent page: sign-in code, session cookie, code, tokens.
     const client = await world.admin<{ client_id: string }>('create-oauth-client', '--name', 'Lea app', '--public', '--redirect-uri', 'https://app.example/cb')

@@ -613,9 +613,9 @@ describe('APNs delivery', () => {
 describe('Web Push', () => {
   it('sends an encrypted payload with VAPID to the subscription the CLI added; 410 deletes it', async () => {
     const sub = browserSubscription(`${webPushService.url}/push/bob-browser`)
-    const added = await world.admin<{ id: string; user: string }>('add-web-push-subscription', '--user', 'bob', '--endpoint', sub.endpoint, '--p256dh', sub.p256dh, '--auth', sub.auth)
+    const added = await world.admin<{ id: string; user: string }>('add-web-push-subscription', '--user', 'bob', '--endpoint', sub.endpoint, `--p256dh=${sub.p256dh}`, `--auth=${sub.auth}`)
     expect(added).toMatchObject({ user: 'bob', endpoint: sub.endpoint })
-    await expect(world.admin('add-web-push-subscription', '--user', 'bob', '--endpoint', sub.endpoint, '--p256dh', 'short', '--auth', sub.auth)).rejects.toThrow(/p256dh/)
+    await expect(world.admin('add-web-push-subscription', '--user', 'bob', '--endpoint', sub.endpoint, '--p256dh', 'short', `--auth=${sub.auth}`)).rejects.toThrow(/p256dh/)
 
     const todo = await postTodo('bob', 'Web push test')
     await comment('carol', todo.id, 'To your browser')

@@ -90,7 +90,7 @@ describe('POST /api/internal/push on Deno', () => {
     })
     expect(registered.status).toBe(201)
     const sub = browserSubscription(`${webPushService.url}/edge`)
-    await world.admin('add-web-push-subscription', '--user', 'alice', '--endpoint', sub.endpoint, '--p256dh', sub.p256dh, '--auth', sub.auth)
+    await world.admin('add-web-push-subscription', '--user', 'alice', '--endpoint', sub.endpoint, `--p256dh=${sub.p256dh}`, `--auth=${sub.auth}`)
     const todo = await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'pushed from the edge' } })
     expect((await world.post('/v1/reactions', { auth: bob.api_key, json: { reactable_type: 'Todo', reactable_id: todo.body.id } })).status).toBe(201)
 
