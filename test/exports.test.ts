@@ -246,6 +246,28 @@ describe('a large account', () => {
   }, 120_000)
 })
 
+describe('the archive shows of others only what the member may see', () => {
+  it('a #hashtag of a private project the member does not make names no project (as in the API), one they make does', async () => {
+    const pia = await world.createUser('pia')
+    await world.createUser('quinn')
+    const hidden = await world.admin('create-project', '--owner', 'quinn', '--name', 'Hidden', '--slug', 'hidden', '--hashtag', 'hidden', '--privacy', 'private')
+    await world.admin('create-project', '--owner', 'pia', '--name', 'Mine', '--slug', 'mine', '--hashtag', 'mine', '--privacy', 'private')
+    const todo = await world.post('/v1/todos', { auth: pia.api_key, json: { body: 'guessing #hidden and #mine' } })
+    expect(todo.status).toBe(201)
+    // The API hides the private project she cannot see.
+    expect(todo.body.mentioned_projects.map((p: { hashtag: string }) => p.hashtag)).toEqual(['mine'])
+    await world.runExports() // nothing else pending
+    const created = await world.post('/v1/exports', { auth: pia.api_key })
+    expect((await world.runExports()).ready).toBe(1)
+    const ready = await world.get(`/v1/exports/${created.body.id}`, { auth: pia.api_key })
+    const file = await download(ready.body.url)
+    const archive = JSON.parse(file.text)
+    expect(archive.todos[0].mentioned_projects.map((p: { hashtag: string }) => p.hashtag)).toEqual(['mine'])
+    expect(hidden.id).toMatch(/^proj_/)
+    expect(file.text).not.toContain(hidden.id.slice('proj_'.length))
+  })
+})
+
 describe('GET /v1/billing', () => {
   it('API keys (read-only too) and tokens with billing see the subscription and where to manage it', async () => {
     const expected = { pro: true, status: 'active', manage_url: 'https://todo.test/upgrade' }

@@ -159,7 +159,10 @@ begin
         'project_id', case when t.project_id is not null then app.to_public_id('proj', t.project_id) end,
         'mentioned_projects', coalesce((
           select jsonb_agg(jsonb_build_object('id', app.to_public_id('proj', p.id), 'hashtag', p.hashtag) order by m.position)
-          from app.todo_project_mentions m join app.projects p on p.id = m.project_id where m.todo_id = t.id), '[]'::jsonb),
+          from app.todo_project_mentions m join app.projects p on p.id = m.project_id
+          -- As the API renders them (app.todos_json): a #hashtag of a project the member may not
+          -- see names no project, so its id and existence stay hidden.
+          where m.todo_id = t.id and app.can_see_project(p.id, p.privacy, member)), '[]'::jsonb),
         'mentioned_users', coalesce((
           select jsonb_agg(jsonb_build_object('id', app.to_public_id('user', mu.id), 'username', mu.username) order by m.position)
           from app.todo_user_mentions m join app.users mu on mu.id = m.user_id where m.todo_id = t.id), '[]'::jsonb),
@@ -270,7 +273,7 @@ begin
 end;
 $$;
 comment on function app.export_page(uuid, uuid, text, text, integer, text, interval) is
-  'One page of one section of a member''s export, for the worker holding the export (claim): rows after the cursor `after` (the last row''s cursor of the previous page; null for the first), at most page_size, each with its cursor. Keyset on an index of each table, so a member with tens of thousands of todos is read in bounded pages, never at once. Renews the lease (a worker making progress keeps its export); raises PT409 when the claim is no longer the export''s. Security definer: the worker runs as the database owner, and the rows are the member''s own. base_url makes the attachment URLs, as app.public_url() does for the API.';
+  'One page of one section of a member''s export, for the worker holding the export (claim): rows after the cursor `after` (the last row''s cursor of the previous page; null for the first), at most page_size, each with its cursor. Keyset on an index of each table, so a member with tens of thousands of todos is read in bounded pages, never at once. Renews the lease (a worker making progress keeps its export); raises PT409 when the claim is no longer the export''s. Security definer: the worker runs as the database owner, and the rows are the member''s own; what they name of others is rendered as the API shows it to the member (mentioned projects only when app.can_see_project). base_url makes the attachment URLs, as app.public_url() does for the API.';
 
 create function app.complete_export(export_id uuid, export_claim uuid, key text, size bigint, url text, valid_until timestamptz)
 returns boolean
