@@ -298,3 +298,37 @@ describe('approve-deletion', () => {
     expect((await world.get('/v1/users/lea', { auth: bob.api_key })).body).toMatchObject({ id: again.id, todos_count: 0, followers_count: 0 })
   })
 })
+
+describe('approve-deletion also scrubs what other members’ rows say of the member', () => {
+  it('webhook payloads of others’ todos lose her mention and her project; their inbox topics lose the events of her conversation', async () => {
+    const ola = await world.createUser('ola')
+    const pat = await world.createUser('pat')
+    await world.admin('create-project', '--owner', 'ola', '--name', 'Ola Works', '--slug', 'olaworks', '--hashtag', 'olaworks')
+    expect((await world.post('/v1/webhooks/subscriptions', { auth: pat.api_key, json: { url: 'https://hooks.example.com/pat', event_type: 'new_todo' } })).status).toBe(201)
+    const todo = await world.post('/v1/todos', { auth: pat.api_key, json: { body: 'thanks @ola for #olaworks and @pat' } })
+    expect(todo.status).toBe(201)
+    const [event] = await world.sql`select payload from app.webhook_events where todo_id = app.from_public_id('todo', ${todo.body.id})`
+    expect(event!.payload.data.mentioned_users.map((u: { username: string }) => u.username)).toEqual(['ola', 'pat'])
+    expect(event!.payload.data.mentioned_projects.map((p: { hashtag: string }) => p.hashtag)).toEqual(['olaworks'])
+
+    const olaChat = await world.token('ola', 'chat', { chat: true })
+    const conversation = await world.post('/v1/conversations', { auth: olaChat, json: { user: 'pat' } })
+    expect((await world.post(`/v1/conversations/${conversation.body.id}/messages`, { auth: olaChat, json: { body: 'hi pat' } })).status).toBe(201)
+    const olaHex = ola.id.slice('user_'.length)
+    const conversationHex = conversation.body.id.replace(/^conversation_/, '')
+    const naming = () => world.sql`
+      select topic, event from realtime.messages where payload::text like ${`%${olaHex}%`} or payload::text like ${`%${conversationHex}%`}`
+    expect((await naming()).map((r) => r.topic)).toContain(`user:${pat.id}`)
+
+    expect((await world.delete('/v1/account', { auth: ola.api_key })).status).toBe(204)
+    expect(await world.admin('approve-deletion', '--user', 'ola')).toEqual({ deleted: ola.id })
+
+    const [after] = await world.sql`select payload from app.webhook_events where todo_id = app.from_public_id('todo', ${todo.body.id})`
+    expect(after!.payload.data.mentioned_users.map((u: { username: string }) => u.username)).toEqual(['pat'])
+    expect(after!.payload.data.mentioned_projects).toEqual([])
+    expect(after!.payload.data.body).toBe('thanks @ola for #olaworks and @pat') // Pat's own words stay
+    const [stored] = await world.sql`select count(*)::int as n from app.webhook_events where payload::text like ${`%${olaHex}%`} or payload::text like '%Ola Works%'`
+    expect(stored!.n).toBe(0)
+    expect(await naming()).toEqual([])
+  })
+})

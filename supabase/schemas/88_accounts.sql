@@ -349,6 +349,8 @@ declare
   deleted_id text := app.to_public_id('user', member);
   topics text[];
   others uuid[];
+  conversation_refs text[];
+  gone_projects text[];
   other uuid;
 begin
   if not exists (select 1 from app.users u where u.id = member for update) then
@@ -364,13 +366,34 @@ begin
    where p.owner_id = member
      and exists (select 1 from app.project_makers mk where mk.project_id = p.id and mk.accepted and mk.user_id <> member);
 
+  -- Other members' webhook payloads: a todo's body is rendered once, when it is created
+  -- (app.webhook_events), and sent with every retry for up to three days. Where it names the
+  -- member (mentioned_users) or a project that goes with them (mentioned_projects), that entry is
+  -- removed now, as the API stops rendering it, before the mention rows that find them cascade.
+  select array_agg(app.to_public_id('proj', p.id)) into gone_projects
+  from app.projects p where p.owner_id = member;
+  update app.webhook_events e
+     set payload = jsonb_set(jsonb_set(e.payload,
+           '{data,mentioned_users}', coalesce((
+             select jsonb_agg(x.item order by x.n) from jsonb_array_elements(e.payload #> '{data,mentioned_users}') with ordinality x(item, n)
+             where x.item ->> 'id' is distinct from deleted_id), '[]'::jsonb)),
+           '{data,mentioned_projects}', coalesce((
+             select jsonb_agg(x.item order by x.n) from jsonb_array_elements(e.payload #> '{data,mentioned_projects}') with ordinality x(item, n)
+             where not (x.item ->> 'id' = any (coalesce(gone_projects, '{}')))), '[]'::jsonb))
+   where e.todo_id in (select m.todo_id from app.todo_user_mentions m where m.user_id = member
+                       union
+                       select m.todo_id from app.todo_project_mentions m join app.projects p on p.id = m.project_id where p.owner_id = member)
+     and jsonb_typeof(e.payload #> '{data,mentioned_users}') = 'array'
+     and jsonb_typeof(e.payload #> '{data,mentioned_projects}') = 'array';
+
   -- Conversations go first and whole (both sides, messages, reactions, attachments), before the
   -- member's own rows cascade: their message reactions then go with their messages, whose
   -- reaction.deleted trigger finds no message and broadcasts nothing. The realtime topics that
   -- carried the member are emptied, and the other participants' inboxes told their unread count.
   select array_agg(app.conversation_topic(c.id)) || array_agg(app.conversation_topic(c.id) || ':typing'),
-         array_agg(case when c.user_low = member then c.user_high else c.user_low end)
-    into topics, others
+         array_agg(case when c.user_low = member then c.user_high else c.user_low end),
+         array_agg(app.to_public_id('conversation', c.id))
+    into topics, others, conversation_refs
   from app.conversations c where c.user_low = member or c.user_high = member;
   delete from app.conversations c where c.user_low = member or c.user_high = member;
   foreach other in array coalesce(others, '{}') loop
@@ -378,7 +401,13 @@ begin
                           'inbox.updated', app.user_topic(other), true);
   end loop;
   begin
-    delete from realtime.messages m where m.topic = any (coalesce(topics, '{}') || app.user_topic(member));
+    -- Also what the other participants' inboxes were told of these conversations
+    -- (conversation.created names the member; inbox.updated the conversation and its message):
+    -- Supabase Realtime can replay a private topic's stored messages to a client that joins it.
+    delete from realtime.messages m
+     where m.topic = any (coalesce(topics, '{}') || app.user_topic(member))
+        or (m.topic = any (array(select app.user_topic(o) from unnest(coalesce(others, '{}')) o))
+            and m.payload ->> 'conversation_id' = any (conversation_refs));
   exception when insufficient_privilege then
     -- Where the platform keeps realtime.messages to itself, its rows expire within three days.
     null;
@@ -406,7 +435,7 @@ begin
 end;
 $$;
 comment on function app.delete_account(uuid) is
-  'Permanently removes a member (the operator''s approve-deletion), in the caller''s transaction: projects others also make pass to the earliest other maker, conversations go whole (their realtime history with them, the other participant gets inbox.updated), then the auth.users and app.users rows, from which every other row of the member cascades, stored files queued in app.file_deletions by the triggers. Other members'' counters stay exact through the counter triggers. Not granted to members: approval is the operator''s.';
+  'Permanently removes a member (the operator''s approve-deletion), in the caller''s transaction: projects others also make pass to the earliest other maker, other members'' stored webhook payloads lose the entries naming the member or their projects, conversations go whole (their realtime history with them, on the other participant''s inbox topic too; the other participant gets inbox.updated), then the auth.users and app.users rows, from which every other row of the member cascades, stored files queued in app.file_deletions by the triggers. Other members'' counters stay exact through the counter triggers. Not granted to members: approval is the operator''s.';
 
 -- ============================================================================
 -- Row-level security and grants
