@@ -4,6 +4,8 @@
 // credentials dead at once, everyone else's counters exact, nothing of them readable through any
 // endpoint or realtime channel, and their username free again.
 import { createHash } from 'node:crypto'
+import { existsSync } from 'node:fs'
+import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { honouredTokenIds } from '../local/realtime/authorize.ts'
 import type { SupabaseClient } from '@supabase/supabase-js'
@@ -267,6 +269,11 @@ describe('approve-deletion', () => {
   it('her files are queued in the same transaction and deleted by the storage worker; her export archive too', async () => {
     const [queued] = await world.sql`select count(*)::int as n from app.file_deletions where key = ${seen.fileKey} or key like 'exports/%'`
     expect(queued!.n).toBeGreaterThanOrEqual(2)
+    // Not served a moment longer: the file is still on disk until the worker runs, but its upload is gone.
+    expect(existsSync(join(world.storageDir, 'uploads', ...seen.fileKey.split('/')))).toBe(true)
+    const early = await fetch(`${world.baseUrl}/files/${seen.fileKey}`)
+    expect(early.status).toBe(404)
+    expect(await early.text()).not.toContain('notes')
     await world.maintain()
     expect((await fetch(`${world.baseUrl}/files/${seen.fileKey}`)).status).toBe(404)
     expect((await fetch(seen.export.url)).status).toBe(404)
