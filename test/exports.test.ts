@@ -2,11 +2,14 @@
 // PostgreSQL: request, progress, the worker (leases, retries, giving up), download of the signed
 // URL and the archive's contents, the limits, and a 20,000-todo account exported in bounded pages.
 import { createHash } from 'node:crypto'
+import { existsSync, readdirSync } from 'node:fs'
+import { dirname, join } from 'node:path'
+import { localStorage } from '../local/storage.ts'
 import { createServer } from 'node:http'
 import { supabaseStorage } from '../functions/lib/supabase-storage.ts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { EXPORT_PAGE_SIZE, runExports } from '../functions/lib/exports.ts'
-import { type CreatedUser, type TestWorld, WORKER_SECRET, startWorld } from './support/app.ts'
+import { type CreatedUser, JWT_SECRET, type TestWorld, WORKER_SECRET, startWorld } from './support/app.ts'
 
 let world: TestWorld
 let alice: CreatedUser
@@ -208,6 +211,43 @@ describe('the worker claims with a lease', () => {
     expect((await world.runExports()).ready).toBe(1)
     const [row] = await world.sql`select attempts, error from app.exports where id = app.from_public_id('exp', ${created.body.id})`
     expect(row).toMatchObject({ attempts: 2, error: null })
+  })
+
+  it('a worker that dies mid-write leaves nothing behind: the next claim queues its partial archive, the storage worker deletes it', async () => {
+    const kit = await world.createUser('kit')
+    await world.post('/v1/todos', { auth: kit.api_key, json: { body: 'kit was here' } })
+    await world.runExports() // nothing else pending
+    const created = await world.post('/v1/exports', { auth: kit.api_key })
+    // The same local storage, whose writer stops after the first chunk and never returns (the
+    // process was killed): half an archive stays on disk where the writer puts it.
+    const storage = localStorage({ dir: world.storageDir, publicUrl: world.baseUrl, jwtSecret: JWT_SECRET, sql: world.sql })
+    let deadKey: string | null = null
+    const dying = {
+      ...storage,
+      writeExport: (key: string, body: ReadableStream<Uint8Array>) => {
+        const first = body.getReader().read().then((chunk) => {
+          const stream = new ReadableStream<Uint8Array>({ start: (controller) => controller.enqueue(chunk.value!) }) // never closes
+          void storage.writeExport!(key, stream)
+          deadKey = key
+        })
+        return first.then(() => new Promise<number>(() => {}))
+      },
+    }
+    void runExports(world.sql, dying, { publicUrl: 'http://api.test' })
+    const partial = () => join(world.storageDir, ...deadKey!.split('/')) + '.part'
+    for (let i = 0; i < 100 && !(deadKey && existsSync(partial())); i++) await new Promise((r) => setTimeout(r, 20))
+    expect(existsSync(partial())).toBe(true)
+
+    // Its lease runs out; the next worker takes the export again and finishes it.
+    await world.sql`update app.exports set lease_until = now() - interval '1 second' where id = app.from_public_id('exp', ${created.body.id})`
+    expect((await world.runExports()).ready).toBe(1)
+    const [queued] = await world.sql`select count(*)::int as n from app.file_deletions where key = ${deadKey!}`
+    expect(queued!.n).toBe(1)
+    await world.maintain()
+    expect(existsSync(partial())).toBe(false)
+    expect(readdirSync(dirname(partial()))).toEqual([])
+    const ready = await world.get(`/v1/exports/${created.body.id}`, { auth: kit.api_key })
+    expect(JSON.parse((await download(ready.body.url)).text).todos.map((t: { body: string }) => t.body)).toEqual(['kit was here'])
   })
 
   it('concurrent requests of one member: exactly one export starts', async () => {

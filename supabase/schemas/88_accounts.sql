@@ -50,7 +50,7 @@ comment on column app.exports.lease_until is
 comment on column app.exports.claim is
   'The running attempt''s token: every page and the completion must present it, so a worker whose lease ran out (and whose export another worker took over) cannot write into it.';
 comment on column app.exports.file_key is
-  'Storage key of the archive (exports/<128 random bits>/export.json, in the private exports bucket); null before it is written and after it expired (queued in app.file_deletions).';
+  'Storage key of the archive (exports/<128 random bits>/export.json, in the private exports bucket). Recorded when an attempt begins writing it (app.export_file_started), so whatever a worker that died leaves (half an archive, or a whole one never marked ready) is queued in app.file_deletions by the next claim, the failure or the account''s deletion; null before an attempt writes and after the archive expired (queued in app.file_deletions).';
 comment on column app.exports.download_url is
   'Signed by the worker when the archive is ready, valid until expires_at; shown only to the member, only until then.';
 -- GET /v1/exports: a member's exports, newest first (keyset on created_at, id).
@@ -94,29 +94,40 @@ as $$
 begin
   -- A running export whose lease ended belongs to a worker that died; after max_attempts
   -- such attempts it is given up.
-  update app.exports e
-     set status = 'failed', claim = null, lease_until = null, completed_at = now(), updated_at = now(),
-         error = coalesce(e.error, 'the export worker stopped before the archive was written')
-   where e.status = 'running' and e.lease_until < now() and e.attempts >= max_attempts;
+  -- The archive a dead attempt began is queued for deletion as its export is given up or taken
+  -- again (the new attempt writes a new one).
+  with given_up as (
+    update app.exports e
+       set status = 'failed', claim = null, lease_until = null, completed_at = now(), updated_at = now(), file_key = null,
+           error = coalesce(e.error, 'the export worker stopped before the archive was written')
+      from app.exports old
+     where old.id = e.id and e.status = 'running' and e.lease_until < now() and e.attempts >= max_attempts
+    returning old.file_key
+  )
+  insert into app.file_deletions (key) select g.file_key from given_up g where g.file_key is not null
+  on conflict do nothing;
   return query
   with next as (
-    select e.id from app.exports e
+    select e.id, e.file_key from app.exports e
     where (e.status = 'pending' and (e.lease_until is null or e.lease_until <= now()))
        or (e.status = 'running' and e.lease_until < now())
     order by e.created_at, e.id
     limit 1
     for update skip locked
+  ), left_behind as (
+    insert into app.file_deletions (key) select n.file_key from next n where n.file_key is not null
+    on conflict do nothing
   )
   update app.exports e
      set status = 'running', attempts = e.attempts + 1, claim = gen_random_uuid(), lease_until = now() + lease,
-         started_at = coalesce(e.started_at, now()), updated_at = now()
+         started_at = coalesce(e.started_at, now()), updated_at = now(), file_key = null
     from next
    where e.id = next.id
   returning e.id, e.user_id, e.claim, e.attempts;
 end;
 $$;
 comment on function app.claim_export(interval, integer) is
-  'The export worker''s claim: the oldest pending export (not waiting to be retried), or a running one whose lease ended (its worker died), leased for `lease` under a new claim token, in one short statement that commits at once (skip locked: workers never take the same one). Running exports whose lease ended after max_attempts attempts become failed first. Not granted to members: the worker runs as the database owner.';
+  'The export worker''s claim: the oldest pending export (not waiting to be retried), or a running one whose lease ended (its worker died), leased for `lease` under a new claim token, in one short statement that commits at once (skip locked: workers never take the same one). Running exports whose lease ended after max_attempts attempts become failed first. The archive a dead attempt began writing (file_key) is queued in app.file_deletions either way. Not granted to members: the worker runs as the database owner.';
 
 create function app.export_page(export_id uuid, export_claim uuid, section text, after text, page_size integer, base_url text, lease interval)
 returns table (cursor text, item jsonb)
@@ -275,6 +286,20 @@ $$;
 comment on function app.export_page(uuid, uuid, text, text, integer, text, interval) is
   'One page of one section of a member''s export, for the worker holding the export (claim): rows after the cursor `after` (the last row''s cursor of the previous page; null for the first), at most page_size, each with its cursor. Keyset on an index of each table, so a member with tens of thousands of todos is read in bounded pages, never at once. Renews the lease (a worker making progress keeps its export); raises PT409 when the claim is no longer the export''s. Security definer: the worker runs as the database owner, and the rows are the member''s own; what they name of others is rendered as the API shows it to the member (mentioned projects only when app.can_see_project). base_url makes the attachment URLs, as app.public_url() does for the API.';
 
+create function app.export_file_started(export_id uuid, export_claim uuid, key text)
+returns boolean
+language sql
+volatile
+security definer
+set search_path = ''
+as $$
+  update app.exports e set file_key = key, updated_at = now()
+   where e.id = export_id and e.claim = export_claim and e.status = 'running'
+  returning true
+$$;
+comment on function app.export_file_started(uuid, uuid, text) is
+  'Records the archive key an attempt is about to write, before a byte of it is stored: if the worker dies mid-write, the next claim (app.claim_export), the failure (app.fail_export) or the account''s deletion queues it in app.file_deletions, so no partial or orphaned archive stays in storage. Null when the claim is no longer the export''s. Security definer: the worker runs as the database owner; not granted to members.';
+
 create function app.complete_export(export_id uuid, export_claim uuid, key text, size bigint, url text, valid_until timestamptz)
 returns boolean
 language sql
@@ -298,16 +323,23 @@ volatile
 security definer
 set search_path = ''
 as $$
-  update app.exports e
-     set status = case when e.attempts >= max_attempts then 'failed' else 'pending' end,
-         completed_at = case when e.attempts >= max_attempts then now() end,
-         error = left(reason, 500), claim = null,
-         lease_until = case when e.attempts < max_attempts then now() + retry_after end, updated_at = now()
-   where e.id = export_id and e.claim = export_claim and e.status = 'running'
-  returning e.status
+  with failed as (
+    update app.exports e
+       set status = case when e.attempts >= max_attempts then 'failed' else 'pending' end,
+           completed_at = case when e.attempts >= max_attempts then now() end,
+           error = left(reason, 500), claim = null, file_key = null,
+           lease_until = case when e.attempts < max_attempts then now() + retry_after end, updated_at = now()
+      from app.exports old
+     where old.id = e.id and e.id = export_id and e.claim = export_claim and e.status = 'running'
+    returning e.status, old.file_key
+  ), queued as (
+    insert into app.file_deletions (key) select f.file_key from failed f where f.file_key is not null
+    on conflict do nothing
+  )
+  select f.status from failed f
 $$;
 comment on function app.fail_export(uuid, uuid, text, integer, interval) is
-  'Records a failed attempt of the worker''s export: pending again, not to be claimed before retry_after has passed (lease_until of a pending export: a failing export is not retried in a tight loop), or failed after max_attempts. Returns the new status (null when the claim is no longer the export''s).';
+  'Records a failed attempt of the worker''s export: pending again, not to be claimed before retry_after has passed (lease_until of a pending export: a failing export is not retried in a tight loop), or failed after max_attempts. Returns the new status (null when the claim is no longer the export''s). The archive the attempt began is queued in app.file_deletions (the worker also deletes it at once).';
 
 create function app.expire_exports()
 returns integer
