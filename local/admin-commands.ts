@@ -18,6 +18,8 @@ type Options = Record<string, string | string[] | boolean | undefined>
 type Command = (ctx: AdminContext, options: Options) => Promise<object>
 
 const ACCESS_TOKEN_SECONDS = 3600
+/** approve-deletion runs again after a deadlock with members' concurrent activity, this many times in all. */
+const DELETION_ATTEMPTS = 5
 const KNOWN_SCOPES = new Set(['public', 'write', 'billing', 'notifications', 'chat'])
 const PRIVACY = new Set(['public', 'protected', 'private'])
 
@@ -296,13 +298,25 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
     run: async (ctx, o) => {
       const user = await findUser(ctx.sql, required(o, 'user'))
       // One transaction: every row of the member, their credentials with them, and the outbox
-      // rows that make the storage worker delete their files (app.delete_account).
-      return await ctx.sql.begin(async (tx) => {
-        const [request] = await tx`select 1 from app.account_deletion_requests where user_id = ${user.id} for update`
-        if (!request) throw new AdminError(`${user.username} has not asked for their account to be deleted`)
-        const [row] = await tx<{ result: { deleted: string } }[]>`select app.delete_account(${user.id}::uuid) as result`
-        return row!.result
-      })
+      // rows that make the storage worker delete their files (app.delete_account). It locks the
+      // member first and their rows as the cascade reaches them, while others keep reacting to
+      // and commenting on those rows (locking them first, then the member's row through a
+      // mention): a deadlock between the two is possible, and PostgreSQL may pick the deletion to
+      // abort. Nothing of it is kept then, so it is simply run again.
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await ctx.sql.begin(async (tx) => {
+            const [request] = await tx`select 1 from app.account_deletion_requests where user_id = ${user.id} for update`
+            if (!request) throw new AdminError(`${user.username} has not asked for their account to be deleted`)
+            const [row] = await tx<{ result: { deleted: string } }[]>`select app.delete_account(${user.id}::uuid) as result`
+            return row!.result
+          })
+        } catch (err) {
+          const code = (err as { code?: string }).code
+          if (attempt >= DELETION_ATTEMPTS || (code !== '40P01' && code !== '40001')) throw err
+          await new Promise((resolve) => setTimeout(resolve, 100 * attempt))
+        }
+      }
     },
   },
 

@@ -339,3 +339,29 @@ describe('approve-deletion also scrubs what other members’ rows say of the mem
     expect(await naming()).toEqual([])
   })
 })
+
+describe('approve-deletion under concurrent activity', () => {
+  it('a deadlock with someone acting on her rows does not fail the approval: it runs again and everything is gone', async () => {
+    const una = await world.createUser('una')
+    const vic = await world.createUser('vic')
+    const todo = await world.post('/v1/todos', { auth: una.api_key, json: { body: 'una’s todo' } })
+    expect((await world.delete('/v1/account', { auth: una.api_key })).status).toBe(204)
+    const unaId = uuidOf(una.id)
+    const todoId = uuidOf(todo.body.id)
+    // Vic's transaction does what a comment on her todo that mentions her does: it locks her todo
+    // (the comment counter), and later her member row (the mention's foreign key).
+    let approval: Promise<unknown> | null = null
+    await world.sql.begin(async (vicTx) => {
+      await vicTx`select 1 from app.todos where id = ${todoId} for no key update`
+      // The approval locks her row, then waits for the todo; Vic then waits for her row: a cycle,
+      // which PostgreSQL breaks (after deadlock_timeout) by aborting the approval, the first waiter.
+      approval = world.admin('approve-deletion', '--user', 'una').then((r) => r, (e: Error) => e)
+      await new Promise((resolve) => setTimeout(resolve, 300))
+      await vicTx`select 1 from app.users where id = ${unaId} for key share`
+    })
+    const result = await approval
+    expect(result).toEqual({ deleted: una.id })
+    expect((await world.get(`/v1/todos/${todo.body.id}`, { auth: vic.api_key })).status).toBe(404)
+    expect((await world.get('/v1/users/una', { auth: vic.api_key })).status).toBe(404)
+  })
+})
