@@ -82,6 +82,19 @@ describe('POST /v1/exports, the worker and the archive', () => {
     expect((await world.get(`/v1/exports/${exportId}`, { auth: alice.read_only_api_key })).status).toBe(403)
     const reader = await world.token('alice', 'public')
     expect((await world.get('/v1/exports', { auth: reader })).status).toBe(403)
+    // A third-party app, even with write, never gets an archive (her e-mail address and mutes are
+    // in it, which no scope grants), nor the download link of one she made with her key.
+    const thirdParty = await world.token('alice', 'public write')
+    for (const refused of [
+      await world.post('/v1/exports', { auth: thirdParty }),
+      await world.get('/v1/exports', { auth: thirdParty }),
+      await world.get(`/v1/exports/${exportId}`, { auth: thirdParty }),
+    ]) {
+      expect(refused.status).toBe(403)
+      expect(refused.body).toEqual({ error: 'Data exports are available to API keys and first-party apps only.' })
+    }
+    const ours = await world.token('alice', 'public write', { firstParty: true })
+    expect((await world.get(`/v1/exports/${exportId}`, { auth: ours })).body).toMatchObject({ id: exportId, status: 'pending' })
   })
 
   it('the worker writes the archive; GET shows ready with a signed url valid 24 hours; the download is the member’s own data', async () => {
