@@ -365,3 +365,26 @@ describe('approve-deletion under concurrent activity', () => {
     expect((await world.get('/v1/users/una', { auth: vic.api_key })).status).toBe(404)
   })
 })
+
+describe('transactions while every connection of the pool is busy', () => {
+  it('approve-deletion and the storage worker wait for a connection of their own; no connection is left inside a transaction', async () => {
+    const wes = await world.createUser('wes')
+    expect((await world.delete('/v1/account', { auth: wes.api_key })).status).toBe(204)
+    // The pool (8 connections) busy with slow statements: a transaction's BEGIN used to be
+    // pipelined behind one of them without reserving the connection (postgres.js), failing with
+    // UNSAFE_TRANSACTION and leaving that connection in an open transaction for the next requests.
+    const busy = Array.from({ length: 12 }, () => world.sql`select pg_sleep(0.3)`)
+    const [approved, maintained] = await Promise.all([
+      world.admin('approve-deletion', '--user', 'wes').catch((e: Error) => e),
+      world.maintain().catch((e: Error) => e),
+      ...busy,
+    ])
+    expect(approved).toEqual({ deleted: wes.id })
+    expect(maintained).toMatchObject({ deletedFiles: expect.any(Number) })
+    // No connection of the pool is left inside a transaction.
+    const [open] = await world.sql`
+      select count(*)::int as n from pg_stat_activity where datname = current_database() and state like 'idle in transaction%'`
+    expect(open!.n).toBe(0)
+    expect((await world.get('/v1/users/wes', { auth: (await world.createUser('xan')).api_key })).status).toBe(404)
+  })
+})
