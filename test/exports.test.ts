@@ -5,6 +5,7 @@ import { createHash } from 'node:crypto'
 import { existsSync, readdirSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { localStorage } from '../local/storage.ts'
+import { createSql } from '../functions/lib/sql.ts'
 import { createServer } from 'node:http'
 import { supabaseStorage } from '../functions/lib/supabase-storage.ts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -297,6 +298,45 @@ describe('a large account', () => {
     const numbers = archive.todos.map((t: { number: number }) => t.number)
     expect(numbers.every((n: number, i: number) => i === 0 || n > numbers[i - 1])).toBe(true)
   }, 120_000)
+})
+
+describe('an old account in a large database', () => {
+  it('a member whose todos are older than a million others is exported without a page outlasting the statement timeout', async () => {
+    const old = await world.createUser('olds')
+    const busy = await world.createUser('busy')
+    await world.sql.begin(async (tx) => {
+      await tx`set local statement_timeout = 0`
+      await tx`set local session_replication_role = replica`
+      await tx`
+        insert into app.todos (user_id, body, local_date, author_privacy, created_at, updated_at)
+        select app.from_public_id('user', ${old.id}), 'old todo ' || n, (now() - interval '2 years')::date, 'public',
+               now() - interval '2 years' + make_interval(secs => n), now() - interval '2 years' + make_interval(secs => n)
+        from generate_series(1, 1200) n`
+      await tx`
+        insert into app.todos (user_id, body, local_date, author_privacy)
+        select app.from_public_id('user', ${busy.id}), 'newer todo ' || n, now()::date, 'public' from generate_series(1, 1000000) n`
+    })
+    await world.sql`analyze app.todos`
+    await world.runExports() // nothing else pending
+    const created = await world.post('/v1/exports', { auth: old.api_key })
+    // The worker on a pool whose statements may take 80 ms: each page must read the member's own
+    // rows, not scan everyone's later todos.
+    const worker = createSql(world.databaseUrl, { max: 2, statementTimeoutMs: 80 })
+    try {
+      const storage = localStorage({ dir: world.storageDir, publicUrl: world.baseUrl, jwtSecret: JWT_SECRET, sql: worker })
+      expect(await runExports(worker, storage, { publicUrl: 'http://api.test' })).toMatchObject({ ready: 1, retrying: 0, failed: 0 })
+    } finally {
+      await worker.end({ timeout: 5 })
+    }
+    const ready = await world.get(`/v1/exports/${created.body.id}`, { auth: old.api_key })
+    const archive = JSON.parse((await download(ready.body.url)).text)
+    expect(archive.todos.map((t: { body: string }) => t.body)).toEqual(Array.from({ length: 1200 }, (_, i) => `old todo ${i + 1}`))
+    await world.sql.begin(async (tx) => {
+      await tx`set local statement_timeout = 0`
+      await tx`set local session_replication_role = replica` // as they were inserted: no counters
+      await tx`delete from app.todos where user_id in (app.from_public_id('user', ${busy.id}), app.from_public_id('user', ${old.id}))`
+    })
+  }, 180_000)
 })
 
 describe('the archive shows of others only what the member may see', () => {

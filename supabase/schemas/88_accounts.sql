@@ -138,8 +138,8 @@ set search_path = ''
 as $$
 declare
   member uuid;
-  after_at timestamptz := case when after is not null and section <> 'todos' then split_part(after, '|', 1)::timestamptz end;
-  after_id uuid := case when after is not null and section <> 'todos' then split_part(after, '|', 2)::uuid end;
+  after_at timestamptz := case when after is not null then split_part(after, '|', 1)::timestamptz end;
+  after_id uuid := case when after is not null then split_part(after, '|', 2)::uuid end;
 begin
   -- Each page renews the lease: an export keeps its worker as long as the worker makes progress.
   update app.exports e set lease_until = now() + lease
@@ -158,7 +158,11 @@ begin
     where u.id = member;
   elsif section = 'todos' then
     return query
-    select t.number::text,
+    -- Keyset on (created_at, id), the member's own index (todos_user_id_created_at_idx, read
+    -- backwards): on the global number index each page scanned every later todo of everyone
+    -- (the last page all of them), which past some millions of todos outlasts the statement
+    -- timeout, and a member whose todos are old could never export.
+    select t.created_at::text || '|' || t.id::text,
       jsonb_build_object(
         'id', app.to_public_id('todo', t.id),
         'number', t.number,
@@ -186,8 +190,8 @@ begin
         'reactions_count', t.reactions_count,
         'comments_count', t.comments_count)
     from app.todos t
-    where t.user_id = member and (after is null or t.number > after::bigint)
-    order by t.number
+    where t.user_id = member and (after is null or (t.created_at, t.id) > (after_at, after_id))
+    order by t.created_at, t.id
     limit page_size;
   elsif section = 'comments' then
     return query
