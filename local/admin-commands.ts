@@ -3,6 +3,7 @@
 // test suites use these. Each command returns the one JSON object the CLI prints.
 import { parseArgs } from 'node:util'
 import type { Sql } from 'postgres'
+import { transaction } from '../functions/lib/sql.ts'
 import { newApiKey, randomToken, sha256Hex, signAccessToken, toHex } from '../functions/lib/tokens.ts'
 
 export interface AdminContext {
@@ -20,6 +21,8 @@ type Options = Record<string, string | string[] | boolean | undefined>
 type Command = (ctx: AdminContext, options: Options) => Promise<object>
 
 const ACCESS_TOKEN_SECONDS = 3600
+/** approve-deletion runs again after a deadlock with members' concurrent activity, this many times in all. */
+const DELETION_ATTEMPTS = 5
 const KNOWN_SCOPES = new Set(['public', 'write', 'billing', 'notifications', 'chat'])
 const PRIVACY = new Set(['public', 'protected', 'private'])
 
@@ -61,7 +64,7 @@ export async function renderAs(ctx: AdminContext, userId: string, fn: string, ar
   if (!/^api\.[a-z_]+$/.test(fn)) throw new Error(`not an api function: ${fn}`)
   const claims = JSON.stringify({ sub: userId, role: 'authenticated', kind: 'api_key', can_write: true, scopes: ['public', 'write'] })
   const params = args.map((_, i) => `$${i + 1}`).join(', ')
-  return await ctx.sql.begin(async (tx) => {
+  return await transaction(ctx.sql, async (tx) => {
     await tx`select set_config('role', 'authenticated', true), set_config('request.jwt.claims', ${claims}, true),
                     set_config('app.public_url', ${ctx.publicUrl}, true), set_config('app.web_url', ${ctx.webUrl ?? ctx.publicUrl}, true)`
     const [row] = await tx.unsafe(`select ${fn}(${params}) as body`, args as never[])
@@ -88,7 +91,7 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
       const timeZone = optional(o, 'time-zone') ?? 'UTC'
       const [zone] = await ctx.sql`select 1 from app.time_zones where name = ${timeZone}`
       if (!zone) throw new AdminError(`--time-zone ${JSON.stringify(timeZone)} is not an IANA time zone`)
-      return await ctx.sql.begin(async (tx) => {
+      return await transaction(ctx.sql, async (tx) => {
         const [auth] = await tx<{ id: string }[]>`
           insert into auth.users (id, aud, role, raw_app_meta_data, raw_user_meta_data)
           values (gen_random_uuid(), 'authenticated', 'authenticated', '{}', ${tx.json({ username })})
@@ -135,7 +138,7 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
       const makers = await Promise.all(
         (optional(o, 'makers') ?? '').split(',').map((m) => m.trim()).filter(Boolean).map((m) => findUser(ctx.sql, m)),
       )
-      const id = await ctx.sql.begin(async (tx) => {
+      const id = await transaction(ctx.sql, async (tx) => {
         const [project] = await tx<{ id: string }[]>`
           insert into app.projects (owner_id, name, slug, hashtag, privacy, github_url)
           values (${owner.id}, ${required(o, 'name')}, ${optional(o, 'slug')}, ${optional(o, 'hashtag')},
@@ -231,7 +234,7 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
       // triggers file mentions, counters and the streak exactly as for a todo posted now.
       // With the API's {base_url}, so the webhook body the outbox trigger renders at commit has
       // the same `url`s as the todo's API answer.
-      const [todo] = await ctx.sql.begin(async (tx) => {
+      const [todo] = await transaction(ctx.sql, async (tx) => {
         await tx`select set_config('app.public_url', ${ctx.publicUrl}, true), set_config('app.web_url', ${ctx.webUrl ?? ctx.publicUrl}, true)`
         return await tx<{ id: string }[]>`
           insert into app.todos (user_id, body, created_at, updated_at)
@@ -303,13 +306,25 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
     run: async (ctx, o) => {
       const user = await findUser(ctx.sql, required(o, 'user'))
       // One transaction: every row of the member, their credentials with them, and the outbox
-      // rows that make the storage worker delete their files (app.delete_account).
-      return await ctx.sql.begin(async (tx) => {
-        const [request] = await tx`select 1 from app.account_deletion_requests where user_id = ${user.id} for update`
-        if (!request) throw new AdminError(`${user.username} has not asked for their account to be deleted`)
-        const [row] = await tx<{ result: { deleted: string } }[]>`select app.delete_account(${user.id}::uuid) as result`
-        return row!.result
-      })
+      // rows that make the storage worker delete their files (app.delete_account). It locks the
+      // member first and their rows as the cascade reaches them, while others keep reacting to
+      // and commenting on those rows (locking them first, then the member's row through a
+      // mention): a deadlock between the two is possible, and PostgreSQL may pick the deletion to
+      // abort. Nothing of it is kept then, so it is simply run again.
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await transaction(ctx.sql, async (tx) => {
+            const [request] = await tx`select 1 from app.account_deletion_requests where user_id = ${user.id} for update`
+            if (!request) throw new AdminError(`${user.username} has not asked for their account to be deleted`)
+            const [row] = await tx<{ result: { deleted: string } }[]>`select app.delete_account(${user.id}::uuid) as result`
+            return row!.result
+          })
+        } catch (err) {
+          const code = (err as { code?: string }).code
+          if (attempt >= DELETION_ATTEMPTS || (code !== '40P01' && code !== '40001')) throw err
+          await new Promise((resolve) => setTimeout(resolve, 100 * attempt))
+        }
+      }
     },
   },
 
@@ -343,7 +358,7 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
       if (bytes(auth) !== 16) throw new AdminError('--auth must be the subscription\'s keys.auth (base64url, 16 bytes)')
       // An endpoint belongs to one account: subscribing it again (another account signed in on
       // that browser) moves it, and what was queued for the previous account is dropped.
-      const [row] = await ctx.sql.begin(async (tx) => {
+      const [row] = await transaction(ctx.sql, async (tx) => {
         await tx`delete from app.push_deliveries d using app.web_push_subscriptions w
                  where d.web_subscription_id = w.id and w.endpoint = ${url.href} and w.user_id <> ${user.id}`
         return await tx<{ id: string; created_at: Date }[]>`

@@ -286,7 +286,11 @@ export function localStorage(options: LocalStorageOptions): LocalStorage {
     async deleteFiles(keys) {
       for (const key of keys) {
         if (KEY_PATTERN.test(key)) await rm(pathOf(key), { force: true })
-        else if (EXPORT_KEY_PATTERN.test(key)) await rm(exportPathOf(key), { force: true })
+        else if (EXPORT_KEY_PATTERN.test(key)) {
+          // With the partial file a writer that died left beside it (writeExport renames on completion).
+          await rm(exportPathOf(key), { force: true })
+          await rm(`${exportPathOf(key)}${INCOMING_SUFFIX}`, { force: true })
+        }
       }
     },
 

@@ -4,6 +4,8 @@
 // credentials dead at once, everyone else's counters exact, nothing of them readable through any
 // endpoint or realtime channel, and their username free again.
 import { createHash } from 'node:crypto'
+import { existsSync } from 'node:fs'
+import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { honouredTokenIds } from '../local/realtime/authorize.ts'
 import type { SupabaseClient } from '@supabase/supabase-js'
@@ -267,6 +269,11 @@ describe('approve-deletion', () => {
   it('her files are queued in the same transaction and deleted by the storage worker; her export archive too', async () => {
     const [queued] = await world.sql`select count(*)::int as n from app.file_deletions where key = ${seen.fileKey} or key like 'exports/%'`
     expect(queued!.n).toBeGreaterThanOrEqual(2)
+    // Not served a moment longer: the file is still on disk until the worker runs, but its upload is gone.
+    expect(existsSync(join(world.storageDir, 'uploads', ...seen.fileKey.split('/')))).toBe(true)
+    const early = await fetch(`${world.baseUrl}/files/${seen.fileKey}`)
+    expect(early.status).toBe(404)
+    expect(await early.text()).not.toContain('notes')
     await world.maintain()
     expect((await fetch(`${world.baseUrl}/files/${seen.fileKey}`)).status).toBe(404)
     expect((await fetch(seen.export.url)).status).toBe(404)
@@ -296,5 +303,88 @@ describe('approve-deletion', () => {
     const again = await world.createUser('lea')
     expect(again.id).not.toBe(lea.id)
     expect((await world.get('/v1/users/lea', { auth: bob.api_key })).body).toMatchObject({ id: again.id, todos_count: 0, followers_count: 0 })
+  })
+})
+
+describe('approve-deletion also scrubs what other members’ rows say of the member', () => {
+  it('webhook payloads of others’ todos lose her mention and her project; their inbox topics lose the events of her conversation', async () => {
+    const ola = await world.createUser('ola')
+    const pat = await world.createUser('pat')
+    await world.admin('create-project', '--owner', 'ola', '--name', 'Ola Works', '--slug', 'olaworks', '--hashtag', 'olaworks')
+    expect((await world.post('/v1/webhooks/subscriptions', { auth: pat.api_key, json: { url: 'https://hooks.example.com/pat', event_type: 'new_todo' } })).status).toBe(201)
+    const todo = await world.post('/v1/todos', { auth: pat.api_key, json: { body: 'thanks @ola for #olaworks and @pat' } })
+    expect(todo.status).toBe(201)
+    const [event] = await world.sql`select payload from app.webhook_events where todo_id = app.from_public_id('todo', ${todo.body.id})`
+    expect(event!.payload.data.mentioned_users.map((u: { username: string }) => u.username)).toEqual(['ola', 'pat'])
+    expect(event!.payload.data.mentioned_projects.map((p: { hashtag: string }) => p.hashtag)).toEqual(['olaworks'])
+
+    const olaChat = await world.token('ola', 'chat', { chat: true })
+    const conversation = await world.post('/v1/conversations', { auth: olaChat, json: { user: 'pat' } })
+    expect((await world.post(`/v1/conversations/${conversation.body.id}/messages`, { auth: olaChat, json: { body: 'hi pat' } })).status).toBe(201)
+    const olaHex = ola.id.slice('user_'.length)
+    const conversationHex = conversation.body.id.replace(/^conversation_/, '')
+    const naming = () => world.sql`
+      select topic, event from realtime.messages where payload::text like ${`%${olaHex}%`} or payload::text like ${`%${conversationHex}%`}`
+    expect((await naming()).map((r) => r.topic)).toContain(`user:${pat.id}`)
+
+    expect((await world.delete('/v1/account', { auth: ola.api_key })).status).toBe(204)
+    expect(await world.admin('approve-deletion', '--user', 'ola')).toEqual({ deleted: ola.id })
+
+    const [after] = await world.sql`select payload from app.webhook_events where todo_id = app.from_public_id('todo', ${todo.body.id})`
+    expect(after!.payload.data.mentioned_users.map((u: { username: string }) => u.username)).toEqual(['pat'])
+    expect(after!.payload.data.mentioned_projects).toEqual([])
+    expect(after!.payload.data.body).toBe('thanks @ola for #olaworks and @pat') // Pat's own words stay
+    const [stored] = await world.sql`select count(*)::int as n from app.webhook_events where payload::text like ${`%${olaHex}%`} or payload::text like '%Ola Works%'`
+    expect(stored!.n).toBe(0)
+    expect(await naming()).toEqual([])
+  })
+})
+
+describe('approve-deletion under concurrent activity', () => {
+  it('a deadlock with someone acting on her rows does not fail the approval: it runs again and everything is gone', async () => {
+    const una = await world.createUser('una')
+    const vic = await world.createUser('vic')
+    const todo = await world.post('/v1/todos', { auth: una.api_key, json: { body: 'una’s todo' } })
+    expect((await world.delete('/v1/account', { auth: una.api_key })).status).toBe(204)
+    const unaId = uuidOf(una.id)
+    const todoId = uuidOf(todo.body.id)
+    // Vic's transaction does what a comment on her todo that mentions her does: it locks her todo
+    // (the comment counter), and later her member row (the mention's foreign key).
+    let approval: Promise<unknown> | null = null
+    await world.sql.begin(async (vicTx) => {
+      await vicTx`select 1 from app.todos where id = ${todoId} for no key update`
+      // The approval locks her row, then waits for the todo; Vic then waits for her row: a cycle,
+      // which PostgreSQL breaks (after deadlock_timeout) by aborting the approval, the first waiter.
+      approval = world.admin('approve-deletion', '--user', 'una').then((r) => r, (e: Error) => e)
+      await new Promise((resolve) => setTimeout(resolve, 300))
+      await vicTx`select 1 from app.users where id = ${unaId} for key share`
+    })
+    const result = await approval
+    expect(result).toEqual({ deleted: una.id })
+    expect((await world.get(`/v1/todos/${todo.body.id}`, { auth: vic.api_key })).status).toBe(404)
+    expect((await world.get('/v1/users/una', { auth: vic.api_key })).status).toBe(404)
+  })
+})
+
+describe('transactions while every connection of the pool is busy', () => {
+  it('approve-deletion and the storage worker wait for a connection of their own; no connection is left inside a transaction', async () => {
+    const wes = await world.createUser('wes')
+    expect((await world.delete('/v1/account', { auth: wes.api_key })).status).toBe(204)
+    // The pool (8 connections) busy with slow statements: a transaction's BEGIN used to be
+    // pipelined behind one of them without reserving the connection (postgres.js), failing with
+    // UNSAFE_TRANSACTION and leaving that connection in an open transaction for the next requests.
+    const busy = Array.from({ length: 12 }, () => world.sql`select pg_sleep(0.3)`)
+    const [approved, maintained] = await Promise.all([
+      world.admin('approve-deletion', '--user', 'wes').catch((e: Error) => e),
+      world.maintain().catch((e: Error) => e),
+      ...busy,
+    ])
+    expect(approved).toEqual({ deleted: wes.id })
+    expect(maintained).toMatchObject({ deletedFiles: expect.any(Number) })
+    // No connection of the pool is left inside a transaction.
+    const [open] = await world.sql`
+      select count(*)::int as n from pg_stat_activity where datname = current_database() and state like 'idle in transaction%'`
+    expect(open!.n).toBe(0)
+    expect((await world.get('/v1/users/wes', { auth: (await world.createUser('xan')).api_key })).status).toBe(404)
   })
 })

@@ -2,11 +2,15 @@
 // PostgreSQL: request, progress, the worker (leases, retries, giving up), download of the signed
 // URL and the archive's contents, the limits, and a 20,000-todo account exported in bounded pages.
 import { createHash } from 'node:crypto'
+import { existsSync, readdirSync } from 'node:fs'
+import { dirname, join } from 'node:path'
+import { localStorage } from '../local/storage.ts'
+import { createSql } from '../functions/lib/sql.ts'
 import { createServer } from 'node:http'
 import { supabaseStorage } from '../functions/lib/supabase-storage.ts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { EXPORT_PAGE_SIZE, runExports } from '../functions/lib/exports.ts'
-import { type CreatedUser, type TestWorld, WORKER_SECRET, startWorld } from './support/app.ts'
+import { type CreatedUser, JWT_SECRET, type TestWorld, WORKER_SECRET, startWorld } from './support/app.ts'
 
 let world: TestWorld
 let alice: CreatedUser
@@ -79,6 +83,19 @@ describe('POST /v1/exports, the worker and the archive', () => {
     expect((await world.get(`/v1/exports/${exportId}`, { auth: alice.read_only_api_key })).status).toBe(403)
     const reader = await world.token('alice', 'public')
     expect((await world.get('/v1/exports', { auth: reader })).status).toBe(403)
+    // A third-party app, even with write, never gets an archive (her e-mail address and mutes are
+    // in it, which no scope grants), nor the download link of one she made with her key.
+    const thirdParty = await world.token('alice', 'public write')
+    for (const refused of [
+      await world.post('/v1/exports', { auth: thirdParty }),
+      await world.get('/v1/exports', { auth: thirdParty }),
+      await world.get(`/v1/exports/${exportId}`, { auth: thirdParty }),
+    ]) {
+      expect(refused.status).toBe(403)
+      expect(refused.body).toEqual({ error: 'Data exports are available to API keys and first-party apps only.' })
+    }
+    const ours = await world.token('alice', 'public write', { firstParty: true })
+    expect((await world.get(`/v1/exports/${exportId}`, { auth: ours })).body).toMatchObject({ id: exportId, status: 'pending' })
   })
 
   it('the worker writes the archive; GET shows ready with a signed url valid 24 hours; the download is the member’s own data', async () => {
@@ -218,6 +235,43 @@ describe('the worker claims with a lease', () => {
     expect(row).toMatchObject({ attempts: 2, error: null })
   })
 
+  it('a worker that dies mid-write leaves nothing behind: the next claim queues its partial archive, the storage worker deletes it', async () => {
+    const kit = await world.createUser('kit')
+    await world.post('/v1/todos', { auth: kit.api_key, json: { body: 'kit was here' } })
+    await world.runExports() // nothing else pending
+    const created = await world.post('/v1/exports', { auth: kit.api_key })
+    // The same local storage, whose writer stops after the first chunk and never returns (the
+    // process was killed): half an archive stays on disk where the writer puts it.
+    const storage = localStorage({ dir: world.storageDir, publicUrl: world.baseUrl, jwtSecret: JWT_SECRET, sql: world.sql })
+    let deadKey: string | null = null
+    const dying = {
+      ...storage,
+      writeExport: (key: string, body: ReadableStream<Uint8Array>) => {
+        const first = body.getReader().read().then((chunk) => {
+          const stream = new ReadableStream<Uint8Array>({ start: (controller) => controller.enqueue(chunk.value!) }) // never closes
+          void storage.writeExport!(key, stream)
+          deadKey = key
+        })
+        return first.then(() => new Promise<number>(() => {}))
+      },
+    }
+    void runExports(world.sql, dying, { publicUrl: 'http://api.test' })
+    const partial = () => join(world.storageDir, ...deadKey!.split('/')) + '.part'
+    for (let i = 0; i < 100 && !(deadKey && existsSync(partial())); i++) await new Promise((r) => setTimeout(r, 20))
+    expect(existsSync(partial())).toBe(true)
+
+    // Its lease runs out; the next worker takes the export again and finishes it.
+    await world.sql`update app.exports set lease_until = now() - interval '1 second' where id = app.from_public_id('exp', ${created.body.id})`
+    expect((await world.runExports()).ready).toBe(1)
+    const [queued] = await world.sql`select count(*)::int as n from app.file_deletions where key = ${deadKey!}`
+    expect(queued!.n).toBe(1)
+    await world.maintain()
+    expect(existsSync(partial())).toBe(false)
+    expect(readdirSync(dirname(partial()))).toEqual([])
+    const ready = await world.get(`/v1/exports/${created.body.id}`, { auth: kit.api_key })
+    expect(JSON.parse((await download(ready.body.url)).text).todos.map((t: { body: string }) => t.body)).toEqual(['kit was here'])
+  })
+
   it('concurrent requests of one member: exactly one export starts', async () => {
     const fay = await world.createUser('fay')
     const answers = await Promise.all(Array.from({ length: 8 }, () => world.post('/v1/exports', { auth: fay.api_key })))
@@ -252,6 +306,67 @@ describe('a large account', () => {
     const numbers = archive.todos.map((t: { number: number }) => t.number)
     expect(numbers.every((n: number, i: number) => i === 0 || n > numbers[i - 1])).toBe(true)
   }, 120_000)
+})
+
+describe('an old account in a large database', () => {
+  it('a member whose todos are older than a million others is exported without a page outlasting the statement timeout', async () => {
+    const old = await world.createUser('olds')
+    const busy = await world.createUser('busy')
+    await world.sql.begin(async (tx) => {
+      await tx`set local statement_timeout = 0`
+      await tx`set local session_replication_role = replica`
+      await tx`
+        insert into app.todos (user_id, body, local_date, author_privacy, created_at, updated_at)
+        select app.from_public_id('user', ${old.id}), 'old todo ' || n, (now() - interval '2 years')::date, 'public',
+               now() - interval '2 years' + make_interval(secs => n), now() - interval '2 years' + make_interval(secs => n)
+        from generate_series(1, 1200) n`
+      await tx`
+        insert into app.todos (user_id, body, local_date, author_privacy)
+        select app.from_public_id('user', ${busy.id}), 'newer todo ' || n, now()::date, 'public' from generate_series(1, 1000000) n`
+    })
+    await world.sql`analyze app.todos`
+    await world.runExports() // nothing else pending
+    const created = await world.post('/v1/exports', { auth: old.api_key })
+    // The worker on a pool whose statements may take 80 ms: each page must read the member's own
+    // rows, not scan everyone's later todos.
+    const worker = createSql(world.databaseUrl, { max: 2, statementTimeoutMs: 80 })
+    try {
+      const storage = localStorage({ dir: world.storageDir, publicUrl: world.baseUrl, jwtSecret: JWT_SECRET, sql: worker })
+      expect(await runExports(worker, storage, { publicUrl: 'http://api.test' })).toMatchObject({ ready: 1, retrying: 0, failed: 0 })
+    } finally {
+      await worker.end({ timeout: 5 })
+    }
+    const ready = await world.get(`/v1/exports/${created.body.id}`, { auth: old.api_key })
+    const archive = JSON.parse((await download(ready.body.url)).text)
+    expect(archive.todos.map((t: { body: string }) => t.body)).toEqual(Array.from({ length: 1200 }, (_, i) => `old todo ${i + 1}`))
+    await world.sql.begin(async (tx) => {
+      await tx`set local statement_timeout = 0`
+      await tx`set local session_replication_role = replica` // as they were inserted: no counters
+      await tx`delete from app.todos where user_id in (app.from_public_id('user', ${busy.id}), app.from_public_id('user', ${old.id}))`
+    })
+  }, 180_000)
+})
+
+describe('the archive shows of others only what the member may see', () => {
+  it('a #hashtag of a private project the member does not make names no project (as in the API), one they make does', async () => {
+    const pia = await world.createUser('pia')
+    await world.createUser('quinn')
+    const hidden = await world.admin('create-project', '--owner', 'quinn', '--name', 'Hidden', '--slug', 'hidden', '--hashtag', 'hidden', '--privacy', 'private')
+    await world.admin('create-project', '--owner', 'pia', '--name', 'Mine', '--slug', 'mine', '--hashtag', 'mine', '--privacy', 'private')
+    const todo = await world.post('/v1/todos', { auth: pia.api_key, json: { body: 'guessing #hidden and #mine' } })
+    expect(todo.status).toBe(201)
+    // The API hides the private project she cannot see.
+    expect(todo.body.mentioned_projects.map((p: { hashtag: string }) => p.hashtag)).toEqual(['mine'])
+    await world.runExports() // nothing else pending
+    const created = await world.post('/v1/exports', { auth: pia.api_key })
+    expect((await world.runExports()).ready).toBe(1)
+    const ready = await world.get(`/v1/exports/${created.body.id}`, { auth: pia.api_key })
+    const file = await download(ready.body.url)
+    const archive = JSON.parse(file.text)
+    expect(archive.todos[0].mentioned_projects.map((p: { hashtag: string }) => p.hashtag)).toEqual(['mine'])
+    expect(hidden.id).toMatch(/^proj_/)
+    expect(file.text).not.toContain(hidden.id.slice('proj_'.length))
+  })
 })
 
 describe('GET /v1/billing', () => {

@@ -276,6 +276,8 @@ describe('PATCH, deletion and cleanup', () => {
     const todo = (await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'Short-lived', attachments: [a.signed_id] } })).body
     const c = (await world.post('/v1/comments', { auth: alice.api_key, json: { commentable_type: 'Todo', commentable_id: todo.id, body: 'c', attachments: [b.signed_id] } })).body
     expect((await world.delete(`/v1/todos/${todo.id}`, { auth: alice.api_key })).status).toBe(204)
+    // Not served from the moment its todo is gone, before the storage worker deletes the files.
+    for (const key of [a.key, b.key]) expect((await fetch(`${world.baseUrl}/files/${key}`)).status).toBe(404)
     await world.maintain()
     for (const key of [a.key, b.key]) {
       expect(existsSync(join(world.storageDir, 'uploads', ...key.split('/')))).toBe(false)

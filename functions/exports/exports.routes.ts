@@ -61,7 +61,7 @@ const ExportParam = z.object({
   export_id: z.string().min(1).openapi({ param: { name: 'export_id', in: 'path' }, description: 'exp_ ID.' }),
 })
 
-const ACCESS = 'Needs a read-write key or the write scope: an archive holds your webhook URLs, which often carry receivers’ credentials.'
+const ACCESS = 'Needs a read-write key, or the write scope from a first-party app: an archive holds your e-mail address, your mutes and your webhook URLs (which often carry receivers’ credentials), which third-party apps are never shown.'
 
 export const createExport = createRoute({
   method: 'post',

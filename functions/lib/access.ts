@@ -24,9 +24,11 @@ const ROUTE_ACCESS: Record<string, Access> = {
   // Subscriptions are an integration's configuration, and their URLs often carry the
   // receiver's own credential: reading them needs what changing them needs (docs/security.md).
   'GET /v1/webhooks/subscriptions': 'write',
-  // An export archive holds the member's webhook URLs (above): reading exports needs the same.
-  'GET /v1/exports': 'write',
-  'GET /v1/exports/:export_id': 'write',
+  // An export archive holds the member's webhook URLs (above), their e-mail address and mutes
+  // (which no scope grants): a read-write API key, or `write` from a first-party app.
+  'POST /v1/exports': 'export',
+  'GET /v1/exports': 'export',
+  'GET /v1/exports/:export_id': 'export',
   // The billing scope's endpoint: any API key, or a token with `billing` (also for a lapsed account).
   'GET /v1/billing': 'billing',
   // Notifications: OAuth with scope notifications (API keys 403); devices also first-party only.

@@ -12,7 +12,7 @@
 import type { Sql } from 'postgres'
 
 /** What a route needs the credential to allow (see app.authenticate). */
-export type Access = 'read' | 'write' | 'upload' | 'search' | 'notifications' | 'devices' | 'chat' | 'billing'
+export type Access = 'read' | 'write' | 'upload' | 'search' | 'notifications' | 'devices' | 'chat' | 'export' | 'billing'
 
 /** A credential as the HTTP layer hands it to the database. */
 export type Credential =

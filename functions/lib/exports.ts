@@ -73,6 +73,10 @@ export async function runExports(sql: Sql, storage: FileStorage, options: Export
       select * from app.claim_export(make_interval(secs => ${leaseSeconds}), ${maxAttempts})`
     if (!claimed) break
     const key = exportKey()
+    // Recorded before a byte is stored: if this process dies mid-write, the next claim queues
+    // whatever it left (half an archive, or a whole one never marked ready) for deletion.
+    const [started] = await sql`select app.export_file_started(${claimed.export_id}::uuid, ${claimed.claim}::uuid, ${key}) as ok`
+    if (!started?.ok) continue // another worker took it over already
     try {
       const size = await storage.writeExport(key, archive(sql, claimed, pageSize, leaseSeconds, options.publicUrl, result))
       const expiresAt = new Date(Date.now() + EXPORT_DOWNLOAD_SECONDS * 1000)

@@ -6,6 +6,7 @@
 import { imageSize } from 'image-size'
 import type { Sql } from 'postgres'
 import { detectType } from './media.ts'
+import { transaction } from './sql.ts'
 import type { FileStorage } from './storage.ts'
 
 export interface MaintenanceResult {
@@ -27,7 +28,7 @@ export async function runStorageMaintenance(sql: Sql, storage: FileStorage, stal
   let deletedFiles = 0
   for (;;) {
     // Locked for this worker (skip locked): the rows go only after storage deleted the files.
-    const batch = await sql.begin(async (tx) => {
+    const batch = await transaction(sql, async (tx) => {
       const keys = (await tx`select app.take_file_deletions(${BATCH}) as key`).map((r) => r.key as string)
       if (keys.length > 0) {
         await storage.deleteFiles(keys)

@@ -53,3 +53,32 @@ export function createSql(url: string, options: SqlOptions = {}) {
     ...(options.onQuery ? { debug: (_connection: number, statement: string) => options.onQuery!(statement) } : {}),
   })
 }
+
+/**
+ * `sql.begin` on a connection of its own. postgres.js 3.4.9 hands a transaction's BEGIN to a busy
+ * connection when every connection of the pool is busy (pipelining it behind the statement that
+ * connection runs) and then, because that fills the connection's pipeline (max_pipeline 1 above),
+ * skips reserving the connection for the transaction: the BEGIN fails with UNSAFE_TRANSACTION and
+ * leaves that connection inside an open transaction, back in the pool, where unrelated requests
+ * then run (and their writes are never committed, or fail as "current transaction is aborted")
+ * (porsager/postgres#823, #1189). Reserving an idle connection first (waiting for one) never
+ * pipelines: BEGIN, the work and COMMIT run on it alone, and it returns to the pool outside any
+ * transaction. Used for every transaction of the API, its workers and the operator CLI.
+ */
+export async function transaction<T>(sql: postgres.Sql, fn: (tx: postgres.ReservedSql) => Promise<T>): Promise<T> {
+  const reserved = await sql.reserve()
+  try {
+    await reserved`begin`
+    let result: T
+    try {
+      result = await fn(reserved)
+    } catch (err) {
+      await reserved`rollback`.catch(() => {})
+      throw err
+    }
+    await reserved`commit`
+    return result
+  } finally {
+    reserved.release()
+  }
+}

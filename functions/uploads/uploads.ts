@@ -60,5 +60,10 @@ uploads.get('/files/*', async (c) => {
   // c.req.path is already decoded; a key only ever holds [0-9a-f/A-Za-z._-], so anything else is no file.
   const key = c.req.path.slice('/files/'.length)
   if (!/^[0-9a-f]{32}\/(?!\.+$)[A-Za-z0-9._-]{1,100}$/.test(key)) return c.json({ error: 'No such file.' }, 404)
+  // Served only while its upload exists: a file whose upload was removed (its todo, comment or
+  // message deleted, its member's account deleted) is gone at once, not when the storage worker
+  // gets to its queued deletion (app.file_deletions) a minute or more later.
+  const [live] = await c.var.deps.sql`select 1 as live from app.uploads where key = ${key}`
+  if (!live) return c.json({ error: 'No such file.' }, 404)
   return await c.var.deps.storage.fileResponse(key)
 })

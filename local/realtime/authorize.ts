@@ -4,7 +4,8 @@
 // channel's permissions are RLS on realtime.messages, probed inside a transaction that is
 // always rolled back.
 import { decodeJwt, errors, jwtVerify } from 'jose'
-import type { Sql, TransactionSql } from 'postgres'
+import type { ReservedSql, Sql } from 'postgres'
+import { transaction } from '../../functions/lib/sql.ts'
 
 export interface Claims {
   role: string
@@ -61,10 +62,10 @@ export type Permission =
 
 const ROLLBACK = Symbol('rollback')
 
-async function probe(sql: Sql, run: (tx: TransactionSql) => Promise<boolean>): Promise<Permission> {
+async function probe(sql: Sql, run: (tx: ReservedSql) => Promise<boolean>): Promise<Permission> {
   let allowed = false
   try {
-    await sql.begin(async (tx) => {
+    await transaction(sql, async (tx) => {
       allowed = await run(tx)
       throw ROLLBACK
     })
@@ -82,7 +83,7 @@ async function probe(sql: Sql, run: (tx: TransactionSql) => Promise<boolean>): P
 }
 
 /** The request context RLS sees: the connecting role becomes the token's role. */
-async function setClaims(tx: TransactionSql, topic: string, claims: Claims) {
+async function setClaims(tx: ReservedSql, topic: string, claims: Claims) {
   await tx`
     select set_config('role', ${claims.role}, true),
            set_config('realtime.topic', ${topic}, true),
@@ -107,13 +108,13 @@ export function canRead(sql: Sql, topic: string, claims: Claims): Promise<Permis
   })
 }
 
-/** Write: as the token's role, insert a probe row under a savepoint; 42501 (RLS) means no. Always rolled back. */
+/** Write: as the token's role, insert a probe row; 42501 (RLS) means no. Always rolled back. */
 export function canWrite(sql: Sql, topic: string, claims: Claims): Promise<Permission> {
   return probe(sql, async (tx) => {
     await setClaims(tx, topic, claims)
     try {
-      await tx.savepoint((sp) => sp`
-        insert into realtime.messages (topic, extension, private) values (${topic}, 'broadcast', true)`)
+      // No savepoint needed: the probe's transaction is always rolled back, aborted or not.
+      await tx`insert into realtime.messages (topic, extension, private) values (${topic}, 'broadcast', true)`
       return true
     } catch (err) {
       if ((err as { code?: string }).code === '42501') return false

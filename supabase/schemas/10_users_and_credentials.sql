@@ -269,10 +269,17 @@ begin
     perform app.http_error(403, 'Devices are available to first-party apps with the notifications scope only.');
   elsif access = 'chat' and not ('chat' = any (granted) and chat_approved) then
     perform app.http_error(403, 'Direct messages need the chat scope from an approved application.');
+  elsif access = 'export' and not (may_write and (kind = 'api_key' or first_party)) then
+    -- A data export holds what no scope grants (the account's e-mail address, the mutes): the
+    -- member's own read-write key, or our own apps with write; never a third-party app.
+    perform app.http_error(403, case
+      when kind = 'api_key' then 'This API key is read-only.'
+      when not may_write then 'This access token lacks the write scope.'
+      else 'Data exports are available to API keys and first-party apps only.' end);
   elsif access = 'billing' and kind <> 'api_key' and not ('billing' = any (granted)) then
     -- API keys are the account's own (read-only ones too); tokens need the billing scope.
     perform app.http_error(403, 'This access token lacks the billing scope.');
-  elsif access not in ('read', 'write', 'upload', 'search', 'notifications', 'devices', 'chat', 'billing') then
+  elsif access not in ('read', 'write', 'upload', 'search', 'notifications', 'devices', 'chat', 'export', 'billing') then
     raise exception 'unknown access kind %', access;
   end if;
 
@@ -289,7 +296,7 @@ $$;
 
 
 comment on function app.authenticate(jsonb, text) is
-  'Resolves a credential ({kind: api_key, key_hash} or a verified OAuth JWT payload) into request claims, or raises 403/401. Why in SQL: the key lookup, the revocation check and the subscription check ride in the same statement as the endpoint itself, so a request stays one round trip. Order: unknown credential 403, lapsed subscription 401 (except for billing, which a lapsed account may read), then what the credential may do 403: read (scope public), write (scope write), upload (write, or chat from an approved app), search (public, first-party), notifications, devices (first-party), chat (approved app), billing (any API key, or scope billing). The HTTP layer also asks it before answering an input error (unknown credentials never see validation details). Security definer: credentials have no policies for members.';
+  'Resolves a credential ({kind: api_key, key_hash} or a verified OAuth JWT payload) into request claims, or raises 403/401. Why in SQL: the key lookup, the revocation check and the subscription check ride in the same statement as the endpoint itself, so a request stays one round trip. Order: unknown credential 403, lapsed subscription 401 (except for billing, which a lapsed account may read), then what the credential may do 403: read (scope public), write (scope write), upload (write, or chat from an approved app), search (public, first-party), notifications, devices (first-party), chat (approved app), export (read-write API key, or write from a first-party app: an archive holds the e-mail address and mutes, which no scope grants), billing (any API key, or scope billing). The HTTP layer also asks it before answering an input error (unknown credentials never see validation details). Security definer: credentials have no policies for members.';
 grant execute on function app.authenticate(jsonb, text) to service_role;
 
 -- ============================================================================

@@ -50,7 +50,7 @@ comment on column app.exports.lease_until is
 comment on column app.exports.claim is
   'The running attempt''s token: every page and the completion must present it, so a worker whose lease ran out (and whose export another worker took over) cannot write into it.';
 comment on column app.exports.file_key is
-  'Storage key of the archive (exports/<128 random bits>/export.json, in the private exports bucket); null before it is written and after it expired (queued in app.file_deletions).';
+  'Storage key of the archive (exports/<128 random bits>/export.json, in the private exports bucket). Recorded when an attempt begins writing it (app.export_file_started), so whatever a worker that died leaves (half an archive, or a whole one never marked ready) is queued in app.file_deletions by the next claim, the failure or the account''s deletion; null before an attempt writes and after the archive expired (queued in app.file_deletions).';
 comment on column app.exports.download_url is
   'Signed by the worker when the archive is ready, valid until expires_at; shown only to the member, only until then.';
 -- GET /v1/exports: a member's exports, newest first (keyset on created_at, id).
@@ -94,29 +94,40 @@ as $$
 begin
   -- A running export whose lease ended belongs to a worker that died; after max_attempts
   -- such attempts it is given up.
-  update app.exports e
-     set status = 'failed', claim = null, lease_until = null, completed_at = now(), updated_at = now(),
-         error = coalesce(e.error, 'the export worker stopped before the archive was written')
-   where e.status = 'running' and e.lease_until < now() and e.attempts >= max_attempts;
+  -- The archive a dead attempt began is queued for deletion as its export is given up or taken
+  -- again (the new attempt writes a new one).
+  with given_up as (
+    update app.exports e
+       set status = 'failed', claim = null, lease_until = null, completed_at = now(), updated_at = now(), file_key = null,
+           error = coalesce(e.error, 'the export worker stopped before the archive was written')
+      from app.exports old
+     where old.id = e.id and e.status = 'running' and e.lease_until < now() and e.attempts >= max_attempts
+    returning old.file_key
+  )
+  insert into app.file_deletions (key) select g.file_key from given_up g where g.file_key is not null
+  on conflict do nothing;
   return query
   with next as (
-    select e.id from app.exports e
+    select e.id, e.file_key from app.exports e
     where (e.status = 'pending' and (e.lease_until is null or e.lease_until <= now()))
        or (e.status = 'running' and e.lease_until < now())
     order by e.created_at, e.id
     limit 1
     for update skip locked
+  ), left_behind as (
+    insert into app.file_deletions (key) select n.file_key from next n where n.file_key is not null
+    on conflict do nothing
   )
   update app.exports e
      set status = 'running', attempts = e.attempts + 1, claim = gen_random_uuid(), lease_until = now() + lease,
-         started_at = coalesce(e.started_at, now()), updated_at = now()
+         started_at = coalesce(e.started_at, now()), updated_at = now(), file_key = null
     from next
    where e.id = next.id
   returning e.id, e.user_id, e.claim, e.attempts;
 end;
 $$;
 comment on function app.claim_export(interval, integer) is
-  'The export worker''s claim: the oldest pending export (not waiting to be retried), or a running one whose lease ended (its worker died), leased for `lease` under a new claim token, in one short statement that commits at once (skip locked: workers never take the same one). Running exports whose lease ended after max_attempts attempts become failed first. Not granted to members: the worker runs as the database owner.';
+  'The export worker''s claim: the oldest pending export (not waiting to be retried), or a running one whose lease ended (its worker died), leased for `lease` under a new claim token, in one short statement that commits at once (skip locked: workers never take the same one). Running exports whose lease ended after max_attempts attempts become failed first. The archive a dead attempt began writing (file_key) is queued in app.file_deletions either way. Not granted to members: the worker runs as the database owner.';
 
 create function app.export_page(export_id uuid, export_claim uuid, section text, after text, page_size integer, base_url text, lease interval)
 returns table (cursor text, item jsonb)
@@ -127,8 +138,8 @@ set search_path = ''
 as $$
 declare
   member uuid;
-  after_at timestamptz := case when after is not null and section <> 'todos' then split_part(after, '|', 1)::timestamptz end;
-  after_id uuid := case when after is not null and section <> 'todos' then split_part(after, '|', 2)::uuid end;
+  after_at timestamptz := case when after is not null then split_part(after, '|', 1)::timestamptz end;
+  after_id uuid := case when after is not null then split_part(after, '|', 2)::uuid end;
 begin
   -- Each page renews the lease: an export keeps its worker as long as the worker makes progress.
   update app.exports e set lease_until = now() + lease
@@ -147,7 +158,11 @@ begin
     where u.id = member;
   elsif section = 'todos' then
     return query
-    select t.number::text,
+    -- Keyset on (created_at, id), the member's own index (todos_user_id_created_at_idx, read
+    -- backwards): on the global number index each page scanned every later todo of everyone
+    -- (the last page all of them), which past some millions of todos outlasts the statement
+    -- timeout, and a member whose todos are old could never export.
+    select t.created_at::text || '|' || t.id::text,
       jsonb_build_object(
         'id', app.to_public_id('todo', t.id),
         'number', t.number,
@@ -159,7 +174,10 @@ begin
         'project_id', case when t.project_id is not null then app.to_public_id('proj', t.project_id) end,
         'mentioned_projects', coalesce((
           select jsonb_agg(jsonb_build_object('id', app.to_public_id('proj', p.id), 'hashtag', p.hashtag) order by m.position)
-          from app.todo_project_mentions m join app.projects p on p.id = m.project_id where m.todo_id = t.id), '[]'::jsonb),
+          from app.todo_project_mentions m join app.projects p on p.id = m.project_id
+          -- As the API renders them (app.todos_json): a #hashtag of a project the member may not
+          -- see names no project, so its id and existence stay hidden.
+          where m.todo_id = t.id and app.can_see_project(p.id, p.privacy, member)), '[]'::jsonb),
         'mentioned_users', coalesce((
           select jsonb_agg(jsonb_build_object('id', app.to_public_id('user', mu.id), 'username', mu.username) order by m.position)
           from app.todo_user_mentions m join app.users mu on mu.id = m.user_id where m.todo_id = t.id), '[]'::jsonb),
@@ -172,8 +190,8 @@ begin
         'reactions_count', t.reactions_count,
         'comments_count', t.comments_count)
     from app.todos t
-    where t.user_id = member and (after is null or t.number > after::bigint)
-    order by t.number
+    where t.user_id = member and (after is null or (t.created_at, t.id) > (after_at, after_id))
+    order by t.created_at, t.id
     limit page_size;
   elsif section = 'comments' then
     return query
@@ -276,7 +294,21 @@ begin
 end;
 $$;
 comment on function app.export_page(uuid, uuid, text, text, integer, text, interval) is
-  'One page of one section of a member''s export, for the worker holding the export (claim): rows after the cursor `after` (the last row''s cursor of the previous page; null for the first), at most page_size, each with its cursor. Keyset on an index of each table, so a member with tens of thousands of todos is read in bounded pages, never at once. Renews the lease (a worker making progress keeps its export); raises PT409 when the claim is no longer the export''s. Security definer: the worker runs as the database owner, and the rows are the member''s own. base_url makes the attachment URLs, as app.public_url() does for the API.';
+  'One page of one section of a member''s export, for the worker holding the export (claim): rows after the cursor `after` (the last row''s cursor of the previous page; null for the first), at most page_size, each with its cursor. Keyset on an index of each table, so a member with tens of thousands of todos is read in bounded pages, never at once. Renews the lease (a worker making progress keeps its export); raises PT409 when the claim is no longer the export''s. Security definer: the worker runs as the database owner, and the rows are the member''s own; what they name of others is rendered as the API shows it to the member (mentioned projects only when app.can_see_project). base_url makes the attachment URLs, as app.public_url() does for the API.';
+
+create function app.export_file_started(export_id uuid, export_claim uuid, key text)
+returns boolean
+language sql
+volatile
+security definer
+set search_path = ''
+as $$
+  update app.exports e set file_key = key, updated_at = now()
+   where e.id = export_id and e.claim = export_claim and e.status = 'running'
+  returning true
+$$;
+comment on function app.export_file_started(uuid, uuid, text) is
+  'Records the archive key an attempt is about to write, before a byte of it is stored: if the worker dies mid-write, the next claim (app.claim_export), the failure (app.fail_export) or the account''s deletion queues it in app.file_deletions, so no partial or orphaned archive stays in storage. Null when the claim is no longer the export''s. Security definer: the worker runs as the database owner; not granted to members.';
 
 create function app.complete_export(export_id uuid, export_claim uuid, key text, size bigint, url text, valid_until timestamptz)
 returns boolean
@@ -301,16 +333,23 @@ volatile
 security definer
 set search_path = ''
 as $$
-  update app.exports e
-     set status = case when e.attempts >= max_attempts then 'failed' else 'pending' end,
-         completed_at = case when e.attempts >= max_attempts then now() end,
-         error = left(reason, 500), claim = null,
-         lease_until = case when e.attempts < max_attempts then now() + retry_after end, updated_at = now()
-   where e.id = export_id and e.claim = export_claim and e.status = 'running'
-  returning e.status
+  with failed as (
+    update app.exports e
+       set status = case when e.attempts >= max_attempts then 'failed' else 'pending' end,
+           completed_at = case when e.attempts >= max_attempts then now() end,
+           error = left(reason, 500), claim = null, file_key = null,
+           lease_until = case when e.attempts < max_attempts then now() + retry_after end, updated_at = now()
+      from app.exports old
+     where old.id = e.id and e.id = export_id and e.claim = export_claim and e.status = 'running'
+    returning e.status, old.file_key
+  ), queued as (
+    insert into app.file_deletions (key) select f.file_key from failed f where f.file_key is not null
+    on conflict do nothing
+  )
+  select f.status from failed f
 $$;
 comment on function app.fail_export(uuid, uuid, text, integer, interval) is
-  'Records a failed attempt of the worker''s export: pending again, not to be claimed before retry_after has passed (lease_until of a pending export: a failing export is not retried in a tight loop), or failed after max_attempts. Returns the new status (null when the claim is no longer the export''s).';
+  'Records a failed attempt of the worker''s export: pending again, not to be claimed before retry_after has passed (lease_until of a pending export: a failing export is not retried in a tight loop), or failed after max_attempts. Returns the new status (null when the claim is no longer the export''s). The archive the attempt began is queued in app.file_deletions (the worker also deletes it at once).';
 
 create function app.expire_exports()
 returns integer
@@ -352,6 +391,8 @@ declare
   deleted_id text := app.to_public_id('user', member);
   topics text[];
   others uuid[];
+  conversation_refs text[];
+  gone_projects text[];
   other uuid;
 begin
   if not exists (select 1 from app.users u where u.id = member for update) then
@@ -367,13 +408,34 @@ begin
    where p.owner_id = member
      and exists (select 1 from app.project_makers mk where mk.project_id = p.id and mk.accepted and mk.user_id <> member);
 
+  -- Other members' webhook payloads: a todo's body is rendered once, when it is created
+  -- (app.webhook_events), and sent with every retry for up to three days. Where it names the
+  -- member (mentioned_users) or a project that goes with them (mentioned_projects), that entry is
+  -- removed now, as the API stops rendering it, before the mention rows that find them cascade.
+  select array_agg(app.to_public_id('proj', p.id)) into gone_projects
+  from app.projects p where p.owner_id = member;
+  update app.webhook_events e
+     set payload = jsonb_set(jsonb_set(e.payload,
+           '{data,mentioned_users}', coalesce((
+             select jsonb_agg(x.item order by x.n) from jsonb_array_elements(e.payload #> '{data,mentioned_users}') with ordinality x(item, n)
+             where x.item ->> 'id' is distinct from deleted_id), '[]'::jsonb)),
+           '{data,mentioned_projects}', coalesce((
+             select jsonb_agg(x.item order by x.n) from jsonb_array_elements(e.payload #> '{data,mentioned_projects}') with ordinality x(item, n)
+             where not (x.item ->> 'id' = any (coalesce(gone_projects, '{}')))), '[]'::jsonb))
+   where e.todo_id in (select m.todo_id from app.todo_user_mentions m where m.user_id = member
+                       union
+                       select m.todo_id from app.todo_project_mentions m join app.projects p on p.id = m.project_id where p.owner_id = member)
+     and jsonb_typeof(e.payload #> '{data,mentioned_users}') = 'array'
+     and jsonb_typeof(e.payload #> '{data,mentioned_projects}') = 'array';
+
   -- Conversations go first and whole (both sides, messages, reactions, attachments), before the
   -- member's own rows cascade: their message reactions then go with their messages, whose
   -- reaction.deleted trigger finds no message and broadcasts nothing. The realtime topics that
   -- carried the member are emptied, and the other participants' inboxes told their unread count.
   select array_agg(app.conversation_topic(c.id)) || array_agg(app.conversation_topic(c.id) || ':typing'),
-         array_agg(case when c.user_low = member then c.user_high else c.user_low end)
-    into topics, others
+         array_agg(case when c.user_low = member then c.user_high else c.user_low end),
+         array_agg(app.to_public_id('conversation', c.id))
+    into topics, others, conversation_refs
   from app.conversations c where c.user_low = member or c.user_high = member;
   delete from app.conversations c where c.user_low = member or c.user_high = member;
   foreach other in array coalesce(others, '{}') loop
@@ -381,7 +443,13 @@ begin
                           'inbox.updated', app.user_topic(other), true);
   end loop;
   begin
-    delete from realtime.messages m where m.topic = any (coalesce(topics, '{}') || app.user_topic(member));
+    -- Also what the other participants' inboxes were told of these conversations
+    -- (conversation.created names the member; inbox.updated the conversation and its message):
+    -- Supabase Realtime can replay a private topic's stored messages to a client that joins it.
+    delete from realtime.messages m
+     where m.topic = any (coalesce(topics, '{}') || app.user_topic(member))
+        or (m.topic = any (array(select app.user_topic(o) from unnest(coalesce(others, '{}')) o))
+            and m.payload ->> 'conversation_id' = any (conversation_refs));
   exception when insufficient_privilege then
     -- Where the platform keeps realtime.messages to itself, its rows expire within three days.
     null;
@@ -409,7 +477,7 @@ begin
 end;
 $$;
 comment on function app.delete_account(uuid) is
-  'Permanently removes a member (the operator''s approve-deletion), in the caller''s transaction: projects others also make pass to the earliest other maker, conversations go whole (their realtime history with them, the other participant gets inbox.updated), then the auth.users and app.users rows, from which every other row of the member cascades, stored files queued in app.file_deletions by the triggers. Other members'' counters stay exact through the counter triggers. Not granted to members: approval is the operator''s.';
+  'Permanently removes a member (the operator''s approve-deletion), in the caller''s transaction: projects others also make pass to the earliest other maker, other members'' stored webhook payloads lose the entries naming the member or their projects, conversations go whole (their realtime history with them, on the other participant''s inbox topic too; the other participant gets inbox.updated), then the auth.users and app.users rows, from which every other row of the member cascades, stored files queued in app.file_deletions by the triggers. Other members'' counters stay exact through the counter triggers. Not granted to members: approval is the operator''s.';
 
 -- ============================================================================
 -- Row-level security and grants
