@@ -7,6 +7,7 @@ import type { TestProject } from 'vitest/node'
 import { createSql } from '../functions/lib/sql.ts'
 import { migrate } from '../local/migrate.ts'
 import { databaseUrl, freePort } from './support/net.ts'
+import { BROWSER_MISSING_MESSAGE, chromiumPath } from './support/browser.ts'
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -51,6 +52,8 @@ export default async function setup(project: TestProject) {
   project.provide('templateDatabase', templateDatabase)
 
   return async () => {
+    // Said again after the summary, where nobody misses it: the page tests did not run.
+    if (!chromiumPath) console.warn(BROWSER_MISSING_MESSAGE)
     await admin.unsafe(`drop database if exists ${templateDatabase} with (force)`).catch(() => {})
     await admin.end()
     await stop()

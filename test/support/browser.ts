@@ -6,7 +6,8 @@ import { mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { chromium, type Browser } from 'playwright-core'
 
-const CANDIDATES = [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser'].filter(Boolean) as string[]
+// CHROMIUM_PATH, when set, is the only place looked at (CHROMIUM_PATH=none shows what a machine without it does).
+const CANDIDATES = process.env.CHROMIUM_PATH ? [process.env.CHROMIUM_PATH] : ['/usr/bin/chromium', '/usr/bin/chromium-browser']
 
 /** The Chromium executable, or null when none is installed. */
 export const chromiumPath: string | null = CANDIDATES.find((path) => existsSync(path)) ?? null
