@@ -12,11 +12,25 @@ const COMPRESSIBLE = /^(application\/(json|javascript|problem\+json)|text\/(html
 
 export type BrotliEncoder = (data: Uint8Array) => Uint8Array | Promise<Uint8Array>
 
+/**
+ * Whether this middleware may rewrite the response: one the app rendered, with a body (by its
+ * status: reading `res.body` would turn @hono/node-server's lightweight response into a full
+ * one on every request, which cost a quarter of GET /v1/todos/{id}'s throughput), not a download
+ * and not already encoded.
+ */
 function ours(res: Response): boolean {
-  return res.body !== null && !res.headers.has('content-disposition') && !res.headers.has('content-encoding')
+  const bodyless = res.status === 204 || res.status === 304 || (res.status >= 300 && res.status < 400)
+  return !bodyless && !res.headers.has('content-disposition') && !res.headers.has('content-encoding')
 }
 
-async function weakTag(bytes: Uint8Array): Promise<string> {
+const utf8 = new TextEncoder()
+
+/**
+ * The weak tag of a body: SHA-1 of its bytes (of a string, its UTF-8 bytes). `respond()` tags the
+ * JSON text it has in hand, so conditionalGet() need not read the body back.
+ */
+export async function weakTag(body: Uint8Array | string): Promise<string> {
+  const bytes = typeof body === 'string' ? utf8.encode(body) : body
   const digest = new Uint8Array(await crypto.subtle.digest('SHA-1', bytes as BufferSource))
   return `W/"${btoa(String.fromCharCode(...digest)).replace(/=+$/, '').replace(/\+/g, '-').replace(/\//g, '_')}"`
 }

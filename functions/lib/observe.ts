@@ -69,9 +69,15 @@ export function observe(log: AccessLog | undefined): MiddlewareHandler {
     let status = 500
     try {
       await next()
-      c.res = mutable(c.res)
-      c.res.headers.set('x-request-id', id)
-      status = c.res.status
+      // Replaced only when its headers are immutable: assigning c.res over a response makes Hono
+      // copy it through its body, which turns a lightweight response into a full one.
+      const res = mutable(c.res)
+      if (res !== c.res) {
+        c.res = undefined as never
+        c.res = res
+      }
+      res.headers.set('x-request-id', id)
+      status = res.status
     } finally {
       if (log) {
         const ms = (performance.now() - started).toFixed(1)

@@ -5,6 +5,7 @@ import { callApi } from './db.ts'
 import type { AppContext } from './context.ts'
 import { ApiError } from './errors.ts'
 import { accessOf } from './access.ts'
+import { weakTag } from './encoding.ts'
 
 /** The one SQL call of a request, returning the function's JSON text. */
 export async function callFor(c: AppContext, fn: string, args: unknown[], access?: Access): Promise<string | null> {
@@ -31,7 +32,13 @@ export async function respond(c: AppContext, fn: string, args: unknown[], option
   const body = await callFor(c, fn, args, options.access)
   const status = options.status ?? 200
   if (status === 204) return c.body(null, 204)
-  return c.body(body ?? 'null', status, { 'content-type': 'application/json; charset=UTF-8' })
+  const text = body ?? 'null'
+  // A GET's ETag from the text in hand: conditionalGet() then answers If-None-Match without
+  // reading the body back (which costs more than the hash on @hono/node-server).
+  if (c.req.method === 'GET' && status === 200) {
+    return c.body(text, 200, { 'content-type': 'application/json; charset=UTF-8', etag: await weakTag(text) })
+  }
+  return c.body(text, status, { 'content-type': 'application/json; charset=UTF-8' })
 }
 
 /**
