@@ -175,6 +175,31 @@ describe('parallel duplicates of every idempotent operation leave exactly one ro
     expect(await count(world.sql`select count(*)::int as n from app.message_reactions`)).toBe(1)
   })
 
+  it('a resend racing the unanswered-conversation cap still gets the original message (200), never 429', async () => {
+    // The cap allows 3 messages until the other member answers: the third is sent ten times at
+    // once with one client_message_id. One send makes it; the others are resends of it.
+    const cyd = await world.createUser('cyd')
+    const cydChat = await world.token('cyd', 'chat', { chat: true })
+    const conversation = (await world.post('/v1/conversations', { auth: cydChat, json: { user: 'ann' } })).body.id
+    for (const body of ['one', 'two']) expect((await world.post(`/v1/conversations/${conversation}/messages`, { auth: cydChat, json: { body } })).status).toBe(201)
+    const clientMessageId = randomUUID()
+    const results = await tenAtOnce(() => world.post(`/v1/conversations/${conversation}/messages`, { auth: cydChat, json: { body: 'three', client_message_id: clientMessageId } }))
+    expect(new Set(results.map((res) => res.body.id)).size).toBe(1)
+    expect(await count(world.sql`select count(*)::int as n from app.messages where client_message_id = ${clientMessageId}`)).toBe(1)
+  })
+
+  it('opening one conversation ten times at once counts once toward conversation_create', async () => {
+    await world.sql`update app.rate_limits set max_events = 1 where action = 'conversation_create'`
+    try {
+      const dot = await world.createUser('dot')
+      const dotChat = await world.token('dot', 'chat', { chat: true })
+      const results = await tenAtOnce(() => world.post('/v1/conversations', { auth: dotChat, json: { user: 'ben' } }))
+      expect(new Set(results.map((res) => res.body.id)).size).toBe(1)
+    } finally {
+      await world.sql`update app.rate_limits set max_events = 1000000 where action = 'conversation_create'`
+    }
+  })
+
   it('one hot conversation: messages from both sides and reads at once keep its order and unread flags', async () => {
     const conversation = (await world.post('/v1/conversations', { auth: annChat, json: { user: 'ben' } })).body.id
     await world.post(`/v1/conversations/${conversation}/messages`, { auth: benChat, json: { body: 'answered' } })
@@ -187,6 +212,27 @@ describe('parallel duplicates of every idempotent operation leave exactly one ro
           : await world.post(`/v1/conversations/${conversation}/reading`, { auth: chat })
       })
     }
+  })
+
+  it('a send that started first but commits last is still dated after the messages before it', async () => {
+    // The race the hot conversation found, made deterministic: a transaction that began (and so
+    // has its now()) before another member's send commits, then inserts its own message.
+    const conversation = (await world.post('/v1/conversations', { auth: annChat, json: { user: 'ben' } })).body.id
+    const conversationId = conversation.replace(/^conversation_/, '')
+    await world.sql.begin(async (tx) => {
+      await tx`select now()`
+      const reply = await world.post(`/v1/conversations/${conversation}/messages`, { auth: benChat, json: { body: 'committed first' } })
+      expect(reply.status, reply.text).toBe(201)
+      await tx`insert into app.messages (conversation_id, user_id, body)
+               values (${conversationId}::uuid, (select id from app.users where username = 'ann'), 'started first, committed last')`
+    })
+    const [order] = await world.sql`
+      select (select body from app.messages where conversation_id = ${conversationId}::uuid order by created_at desc, id desc limit 1) as newest,
+             (select last_message_at = (select max(created_at) from app.messages where conversation_id = c.id) from app.conversations c where c.id = ${conversationId}::uuid) as in_step`
+    expect(order).toEqual({ newest: 'started first, committed last', in_step: true })
+    // Ben's side is unread (ann wrote last), ann's is read.
+    const unread = await world.sql`select u.username, m.unread from app.conversation_members m join app.users u on u.id = m.user_id where m.conversation_id = ${conversationId}::uuid order by u.username`
+    expect(unread.map((row) => [row.username, row.unread])).toEqual([['ann', false], ['ben', true]])
   })
 
   it('one hot todo: reactions, unreactions, comments and their deletions at once', async () => {
