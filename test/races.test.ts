@@ -200,6 +200,28 @@ describe('parallel duplicates of every idempotent operation leave exactly one ro
     }
   })
 
+  it('at a limit of one, ten duplicates of a counted operation count once: every one succeeds', async () => {
+    // Only the request that makes the row counts (docs/rate-limits.md); duplicates racing it
+    // must find the row, not spend the limit. A fresh member and target for each action.
+    const cases: [string, (me: CreatedUser) => Promise<() => Promise<HttpResult>>][] = [
+      ['reaction_create', async (me) => () => world.post('/v1/reactions', { auth: me.api_key, json: { reactable_type: 'Todo', reactable_id: todo } })],
+      ['user_follow', async (me) => () => world.post('/v1/users/ann/follow', { auth: me.api_key })],
+      ['user_follow', async (me) => () => world.post('/v1/users/pia/follow', { auth: me.api_key })],
+      ['project_follow', async (me) => () => world.post('/v1/projects/racer/follow', { auth: me.api_key })],
+      ['project_follow', async (me) => () => world.post('/v1/projects/guarded/follow', { auth: me.api_key })],
+      ['mute_create', async (me) => () => world.post('/v1/users/ann/mute', { auth: me.api_key })],
+    ]
+    for (const [i, [action, make]] of cases.entries()) {
+      await world.sql`update app.rate_limits set max_events = 1 where action = ${action}`
+      try {
+        const me = await world.createUser(`limited${i}`)
+        await tenAtOnce(await make(me))
+      } finally {
+        await world.sql`update app.rate_limits set max_events = 1000000 where action = ${action}`
+      }
+    }
+  })
+
   it('one hot conversation: messages from both sides and reads at once keep its order and unread flags', async () => {
     const conversation = (await world.post('/v1/conversations', { auth: annChat, json: { user: 'ben' } })).body.id
     await world.post(`/v1/conversations/${conversation}/messages`, { auth: benChat, json: { body: 'answered' } })
