@@ -344,6 +344,29 @@ describe('IDOR: another member with the IDs of a private member\'s resources', (
     expect(await patsState()).toEqual(before)
   })
 
+  it('a visible resource of another member: 403 on every write (SPEC section 5, rule 9), untouched', async () => {
+    // Alice is public: mallory sees her todo, comment and reaction, so the refusal is 403, not 404.
+    const todo = (await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'alice in public' } })).body.id
+    const comment = (await world.post('/v1/comments', { auth: alice.api_key, json: { commentable_type: 'Todo', commentable_id: todo, body: 'alice comments' } })).body.id
+    const reaction = (await world.post('/v1/reactions', { auth: alice.api_key, json: { reactable_type: 'Todo', reactable_id: todo } })).body.id
+    const writes: [string, string, unknown?][] = [
+      ['PATCH', `/v1/todos/${todo}`, { body: 'pwned' }],
+      ['DELETE', `/v1/todos/${todo}`],
+      ['PATCH', `/v1/comments/${comment}`, { body: 'pwned' }],
+      ['DELETE', `/v1/comments/${comment}`],
+      ['DELETE', `/v1/reactions/${reaction}`],
+    ]
+    for (const credential of [mallory.api_key, await world.token('mallory', 'public write')]) {
+      for (const [method, path, json] of writes) {
+        const res = await world.request(method, path, { auth: credential, json })
+        expect(res.status, `${method} ${path}: ${res.text}`).toBe(403)
+        expect(res.body).toEqual({ error: expect.any(String) })
+      }
+    }
+    const seen = await world.get(`/v1/todos/${todo}`, { auth: alice.api_key })
+    expect(seen.body).toMatchObject({ body: 'alice in public', comments_count: 1, reactions_count: 1 })
+  })
+
   it('pat still has all of it', async () => {
     expect((await world.get(`/v1/todos/${things.todo}`, { auth: patWrite })).body.body).toBe(`${SECRET} todo`)
     expect((await world.get(`/v1/exports/${things.export}`, { auth: patWrite })).status).toBe(200)
