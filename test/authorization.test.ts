@@ -2,53 +2,9 @@
 // every route with a read-write key, a read-only key, a token with exactly the scope from the
 // right kind of app, a token with every other scope, a token from the wrong kind of app, and
 // a token with only `billing`. The table must list exactly the routes of the OpenAPI document.
-import { readFileSync } from 'node:fs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
-
-type App = 'any' | 'first-party' | 'approved'
-interface Alternative {
-  scope: string
-  app: App
-}
-interface Row {
-  method: string
-  path: string
-  key: 'read-only or read-write' | 'read-write' | 'refused'
-  oauth: Alternative[]
-}
-
-const SCOPES = ['public', 'write', 'billing', 'notifications', 'chat']
-
-/** The rows of the table under "## OAuth endpoints" in docs/security.md: every route outside /v1. */
-function readOAuthTable(): string[] {
-  const doc = readFileSync(new URL('../docs/security.md', import.meta.url), 'utf8')
-  const section = doc.split('## OAuth endpoints')[1]!.split('\n## ')[0]!
-  return section.split('\n')
-    .map((line) => line.split('|').slice(1, -1).map((cell) => cell.trim()))
-    .filter((cells) => cells.length === 3 && cells[0] !== 'Method' && !cells[0]!.startsWith('---'))
-    .map(([method, path]) => `${method} ${path!.replace(/`/g, '')}`)
-}
-
-/** The rows of the table under "## Authorization table" in docs/security.md. */
-function readTable(): Row[] {
-  const doc = readFileSync(new URL('../docs/security.md', import.meta.url), 'utf8')
-  const section = doc.split('## Authorization table')[1]!.split('\n## ')[0]!
-  const rows: Row[] = []
-  for (const line of section.split('\n')) {
-    const cells = line.split('|').slice(1, -1).map((cell) => cell.trim())
-    if (cells.length !== 4 || cells[0] === 'Method' || cells[0]!.startsWith('---')) continue
-    const [method, path, key, oauth] = cells as [string, string, Row['key'], string]
-    const alternatives = oauth.split('; or ').map((alternative) => {
-      const match = alternative.match(/^`([a-z]+)`, (any|first-party|approved) app$/)
-      if (!match) throw new Error(`cannot read the OAuth cell ${JSON.stringify(oauth)}`)
-      return { scope: match[1]!, app: match[2] as App }
-    })
-    if (!['read-only or read-write', 'read-write', 'refused'].includes(key)) throw new Error(`cannot read the key cell ${key}`)
-    rows.push({ method, path: path.replace(/`/g, ''), key, oauth: alternatives })
-  }
-  return rows
-}
+import { type Row, SCOPES, appOf, concretePath, readOAuthTable, readTable } from './support/security-table.ts'
 
 const rows = readTable()
 
@@ -65,25 +21,6 @@ async function tokenFor(scopes: string[], app: { firstParty: boolean; chat: bool
     tokens.set(key, token)
   }
   return token
-}
-
-function appOf(app: App) {
-  return { firstParty: app === 'first-party', chat: app === 'approved' }
-}
-
-/** A concrete path: our own or unknown IDs, so an allowed request is never refused for another reason. */
-function concretePath(path: string): string {
-  return path
-    .replace('{todo_id}', 'todo_00000000000000000000000000000000')
-    .replace('{username}', 'me')
-    .replace('{user_id}', 'bob')
-    .replace('{project_id}', 'no-such-project')
-    .replace('{comment_id}', 'comm_00000000000000000000000000000000')
-    .replace('{reaction_id}', 'reac_00000000000000000000000000000000')
-    .replace('{conversation_id}', 'conversation_00000000000000000000000000000000')
-    .replace('{message_id}', 'message_00000000000000000000000000000000')
-    .replace('{content}', encodeURIComponent('👍'))
-    .replace('{export_id}', 'exp_00000000000000000000000000000000')
 }
 
 async function statusWith(row: Row, credential: string): Promise<number> {

@@ -422,6 +422,29 @@ comment on function app.api_client_missing_privileges() is
 -- ============================================================================
 -- Triggers
 -- ============================================================================
+create function app.tg_messages__order()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  latest timestamptz;
+begin
+  -- The conversation's row stays locked until this message commits, so the sends of one
+  -- conversation commit one at a time, and each is dated after the one before.
+  select c.last_message_at into latest from app.conversations c where c.id = new.conversation_id for update;
+  if latest is not null and new.created_at <= latest then
+    new.created_at := latest + interval '1 microsecond';
+    new.updated_at := greatest(new.updated_at, new.created_at);
+  end if;
+  return new;
+end;
+$$;
+comment on function app.tg_messages__order() is
+  'Before a message: takes its conversation''s row lock (held to commit) and dates the message after the conversation''s newest one. Why: created_at defaults to the transaction''s start, so of two concurrent sends the one that started first could commit last; the delivery trigger then moved last_message_at back to its older time (the inbox misordered) and its unread flag fell behind the other participant''s reply in the message order. Serialized, a conversation''s messages are ordered as they committed. Security definer: members cannot lock conversations.';
+
 create function app.tg_messages__deliver()
 returns trigger
 language plpgsql
@@ -457,6 +480,8 @@ comment on function app.tg_messages__deliver() is
 create constraint trigger _100_deliver after insert on app.messages
   deferrable initially deferred
   for each row execute function app.tg_messages__deliver();
+create trigger _050_order before insert on app.messages
+  for each row execute function app.tg_messages__order();
 
 create function app.tg_message_reactions__broadcast()
 returns trigger
@@ -541,10 +566,14 @@ begin
   elsif other = me then
     perform app.http_error(422, 'user: you cannot start a conversation with yourself.');
   end if;
-  if not exists (select 1 from app.conversations c where c.user_low = least(me, other) and c.user_high = greatest(me, other)) then
+  -- Open first, count after: only the request that made the conversation counts toward
+  -- conversation_create, and past the limit its new rows roll back with the 429. Checking for the
+  -- pair before opening counted every one of concurrent opens of one new conversation (all saw it
+  -- missing), so the requests that only found it got 429.
+  select * into opened from app.open_conversation(me, other);
+  if opened.created then
     perform app.hit_rate_limit('conversation_create');
   end if;
-  select * into opened from app.open_conversation(me, other);
   return jsonb_build_object(
     'status', case when opened.created then 201 else 200 end,
     'body', (select app.conversation_json(c) from app.conversations c where c.id = opened.conversation_id));
@@ -692,6 +721,12 @@ declare
   client_id uuid;
   sent app.messages;
 begin
+  -- The sender's lock of app.check_message_caps, taken before the resend lookup (and so before
+  -- the rate limit's lock, the order every send takes): concurrent resends of one
+  -- client_message_id wait for the first to commit, then find it and answer 200. Looked up
+  -- without the lock, they all missed it, and the caps (3 messages to an unanswered
+  -- conversation) or the rate limit answered them 429 once the first had counted.
+  perform pg_advisory_xact_lock(hashtext('app.messages caps'), hashtext(me::text));
   if client_ref is not null then
     if client_ref !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' then
       perform app.http_error(422, 'client_message_id must be a UUID.');
