@@ -10,7 +10,7 @@
 import fc from 'fast-check'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
-import { type Body, type Operation, STACK_TRACE, bodyFor, encodePart, hostileString, operationsOf, pathSegment, queryString, realIds } from './support/fuzz.ts'
+import { type Body, type Operation, STACK_TRACE, bodyFor, extraHeaders, hostileString, operationsOf, pathSegment, queryString, realIds } from './support/fuzz.ts'
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 600)
 const SEED = Number(process.env.FUZZ_SEED ?? 19)
@@ -29,6 +29,7 @@ interface FuzzRequest {
   path: string
   auth: string | null
   body?: Body
+  headers?: Record<string, string>
 }
 
 /** Recounts of every stored counter (as test/account-deletion.test.ts): all zero when consistent. */
@@ -88,10 +89,11 @@ function requestFor(op: Operation): fc.Arbitrary<FuzzRequest> {
     query: queryString(op.queryParams),
     auth: credential,
     body: op.method === 'GET' ? fc.constant(undefined) : bodyFor(op.bodyFields),
-  }).map(({ segments, query, auth, body }) => {
+    headers: extraHeaders,
+  }).map(({ segments, query, auth, body, headers }) => {
     let i = 0
     const path = op.path.replace(/\{[^}]+\}/g, () => segments[i++] ?? 'x') + query
-    return { method: op.method, route: `${op.method} ${op.path}`, path, auth, body }
+    return { method: op.method, route: `${op.method} ${op.path}`, path, auth, body, headers }
   })
 }
 
@@ -120,19 +122,20 @@ const pageRequest: fc.Arbitrary<FuzzRequest> = fc.record({
   segments: fc.tuple(pathSegment, pathSegment, pathSegment, pathSegment),
   auth: fc.oneof(fc.constant(null), credential, fc.constant('test-worker-secret-wrong')),
   body: bodyFor(['body']),
-}).map(({ route: [method, template, make], segments, auth, body }) => ({
-  method, route: `${method} ${template}`, path: make(segments), auth, body: method === 'GET' ? undefined : body,
+  headers: extraHeaders,
+}).map(({ route: [method, template, make], segments, auth, body, headers }) => ({
+  method, route: `${method} ${template}`, path: make(segments), auth, body: method === 'GET' ? undefined : body, headers,
 }))
 
 const describeRequest = (r: FuzzRequest) => {
   const data = r.body ? (typeof r.body.data === 'string' ? r.body.data : `<bytes ${Buffer.from(r.body.data).toString('hex')}>`) : ''
   return `${r.method} ${r.path.slice(0, 300)} [${r.route}] auth=${r.auth ? r.auth.slice(0, 12) : 'none'} `
-    + `type=${r.body?.contentType ?? '-'} body=${JSON.stringify(data.slice(0, 300))}`
+    + `headers=${JSON.stringify(r.headers ?? {}).slice(0, 200)} type=${r.body?.contentType ?? '-'} body=${JSON.stringify(data.slice(0, 300))}`
 }
 
 /** Sends the request; returns what is wrong with the answer, or null. */
 async function problemWith(r: FuzzRequest): Promise<string | null> {
-  const headers: Record<string, string> = {}
+  const headers: Record<string, string> = { ...r.headers }
   if (r.auth) headers.authorization = `Bearer ${r.auth}`
   if (r.body?.contentType) headers['content-type'] = r.body.contentType
   const send = () => fetch(world.baseUrl + r.path, { method: r.method, headers, body: r.body?.data as BodyInit | undefined, redirect: 'manual' })
