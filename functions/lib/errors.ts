@@ -29,6 +29,9 @@ function isPostgresError(err: unknown): err is PostgresLikeError {
 const SQLSTATE_STATUS: Record<string, [number, string]> = {
   '22P02': [422, 'A value has the wrong format.'],
   '22021': [422, 'A value contains a character that is not allowed, such as a NUL byte.'],
+  // The same NUL byte in a value sent inside a jsonb argument (filters, attachments, …): jsonb
+  // cannot hold \u0000, and says so with this code (found by test/fuzz.test.ts).
+  '22P05': [422, 'A value contains a character that is not allowed, such as a NUL byte.'],
   '22023': [422, 'A value is not allowed.'],
   '2201X': [422, 'A value is out of range.'],
   '22001': [422, 'A value is too long.'],

@@ -91,7 +91,7 @@ create table app.api_keys (
   created_at timestamptz not null default now()
 );
 comment on table app.api_keys is
-  'API keys (svc_sk_…). Only the SHA-256 of a key is stored: a leaked table does not leak keys, and keys carry 256 random bits so no salt or slow hash is needed.';
+  'API keys (svc_sk_…). Only the SHA-256 of a key is stored: a leaked table does not leak keys, and keys carry 256 random bits so no salt or slow hash is needed. No policy and no grant: members never touch this table; security definer functions do.';
 create index api_keys_user_id_idx on app.api_keys (user_id);
 
 create table app.oauth_clients (
@@ -105,7 +105,7 @@ create table app.oauth_clients (
   created_at    timestamptz not null default now()
 );
 comment on table app.oauth_clients is
-  'Applications that act for users through OAuth 2.0. first_party: our own apps (search, devices). chat_enabled: approved for the chat scope.';
+  'Applications that act for users through OAuth 2.0. first_party: our own apps (search, devices). chat_enabled: approved for the chat scope. No policy and no grant: members never touch this table; security definer functions do.';
 comment on column app.oauth_clients.secret_hash is
   'SHA-256 of the client secret of a confidential client; null for a public client (a desktop or mobile app cannot keep a secret), which authenticates with nothing and must use PKCE.';
 comment on column app.oauth_clients.redirect_uris is
@@ -124,7 +124,7 @@ create table app.oauth_tokens (
   refreshed_at       timestamptz
 );
 comment on table app.oauth_tokens is
-  'Every issued access token (a JWT) by its jti, with the refresh token issued beside it (its hash), so a token can be revoked before it expires and deleting a client or user ends its tokens.';
+  'Every issued access token (a JWT) by its jti, with the refresh token issued beside it (its hash), so a token can be revoked before it expires and deleting a client or user ends its tokens. No policy and no grant: members never touch this table; security definer functions do.';
 comment on column app.oauth_tokens.family_id is
   'The grant this token descends from: the authorization code''s id for tokens of the code flow (so a replayed code finds what it issued), shared by every token a refresh rotates out of it. Revoking (RFC 7009), a replayed code and a replayed refresh token revoke the whole family.';
 comment on column app.oauth_tokens.refreshed_at is

@@ -32,7 +32,7 @@ create table app.rate_limit_counters (
   constraint rate_limit_counters_pkey primary key (user_id, action, window_start)
 );
 comment on table app.rate_limit_counters is
-  'Events per member, action and bucket (a tenth of the rule''s period), with the newest event''s time. app.hit_rate_limit sums the buckets younger than the period: a sliding window.';
+  'Events per member, action and bucket (a tenth of the rule''s period), with the newest event''s time. app.hit_rate_limit sums the buckets younger than the period: a sliding window. No policy and no grant: members never touch this table; security definer functions do.';
 comment on column app.rate_limit_counters.last_at is
   'When the newest event of this bucket happened. The bucket counts toward the limit while last_at is younger than the rule''s period, and is deleted after.';
 comment on column app.rate_limit_counters.window_start is

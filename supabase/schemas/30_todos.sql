@@ -82,7 +82,7 @@ create table app.todo_totals (
   constraint todo_totals_pkey primary key (privacy, shard)
 );
 comment on table app.todo_totals is
-  'How many todos members of each privacy have, in 16 shards by author (app.todo_total_shard). Kept by the todos count trigger and the privacy propagation trigger; read by app.visible_todos_total. Members have no access. No check that todos >= 0: when one statement both changes a member''s privacy and posts for them, the two triggers may pass through -1 before agreeing.';
+  'How many todos members of each privacy have, in 16 shards by author (app.todo_total_shard). Kept by the todos count trigger and the privacy propagation trigger; read by app.visible_todos_total. Members have no access. No check that todos >= 0: when one statement both changes a member''s privacy and posts for them, the two triggers may pass through -1 before agreeing. No policy and no grant: members never touch this table; security definer functions do.';
 
 -- ============================================================================
 -- Helpers

@@ -54,7 +54,7 @@ create table app.file_deletions (
   requested_at timestamptz not null default now()
 );
 comment on table app.file_deletions is
-  'Outbox of stored files to delete. Written in the same transaction that removes an upload (nothing is lost on a crash); the storage worker deletes the file and then the row.';
+  'Outbox of stored files to delete. Written in the same transaction that removes an upload (nothing is lost on a crash); the storage worker deletes the file and then the row. No policy and no grant: the uploads trigger writes, the storage worker deletes the file and then the row.';
 
 create table app.upload_limits (
   id boolean primary key default true check (id),
@@ -386,6 +386,7 @@ grant insert (user_id, key, filename, byte_size, checksum, content_type) on app.
 
 -- app.file_deletions
 alter table app.file_deletions enable row level security;
+-- No policy and no grant: the uploads trigger writes, the storage worker deletes the file and then the row.
 
 alter table app.upload_limits enable row level security;
 create policy "The upload quota is public knowledge for members" on app.upload_limits

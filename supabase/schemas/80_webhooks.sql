@@ -38,7 +38,7 @@ create table app.webhook_secrets (
   secret          text not null
 );
 comment on table app.webhook_secrets is
-  'The Standard Webhooks signing secret (whsec_ + base64 of 32 random bytes) of each subscription. Retrievable, unlike API keys, because the worker signs with it; shown to the member once, in the create response. RLS on and no grant: only the database owner (the worker) and security definer functions read it.';
+  'The Standard Webhooks signing secret (whsec_ + base64 of 32 random bytes) of each subscription. Retrievable, unlike API keys, because the worker signs with it; shown to the member once, in the create response. RLS on and no grant: only the database owner (the worker) and security definer functions read it. No policy and no grant: members never read a secret; app.new_webhook_secret writes it.';
 
 create table app.webhook_events (
   todo_id    uuid primary key references app.todos(id) on delete cascade,
@@ -46,7 +46,7 @@ create table app.webhook_events (
   created_at timestamptz not null default now()
 );
 comment on table app.webhook_events is
-  'The body every delivery of a new todo sends ({type, timestamp, data: the Todo as its owner saw it at creation}), stored once per todo however many subscriptions match: three copies of a 2–3 KB document cost a subscribed member''s POST more than everything else the outbox does (docs/performance.md). Gone with its todo.';
+  'The body every delivery of a new todo sends ({type, timestamp, data: the Todo as its owner saw it at creation}), stored once per todo however many subscriptions match: three copies of a 2–3 KB document cost a subscribed member''s POST more than everything else the outbox does (docs/performance.md). Gone with its todo. No policy and no grant: the trigger writes, the worker reads.';
 
 create table app.webhook_deliveries (
   subscription_id  uuid references app.webhook_subscriptions(id) on delete cascade,
@@ -63,7 +63,7 @@ create table app.webhook_deliveries (
   constraint webhook_deliveries_pkey primary key (subscription_id, todo_id)
 );
 comment on table app.webhook_deliveries is
-  'The outbox and the delivery log: one row per (subscription, new todo), written in the todo''s transaction; the body is the todo''s app.webhook_events row, so every retry sends the same bytes. Keyed by (subscription, todo), no surrogate id: one index less on the write path; webhook-id is app.webhook_id of the pair. status pending → delivered (2xx) or failed (410, or about three days of failures).';
+  'The outbox and the delivery log: one row per (subscription, new todo), written in the todo''s transaction; the body is the todo''s app.webhook_events row, so every retry sends the same bytes. Keyed by (subscription, todo), no surrogate id: one index less on the write path; webhook-id is app.webhook_id of the pair. status pending → delivered (2xx) or failed (410, or about three days of failures). No policy and no grant: the trigger writes, the worker and the operator CLI read.';
 comment on column app.webhook_deliveries.next_attempt_at is
   'When the worker may try next (null once delivered or failed): the Standard Webhooks schedule with jitter, or later when the receiver asked with Retry-After.';
 create index webhook_deliveries_todo_id_idx on app.webhook_deliveries (todo_id);

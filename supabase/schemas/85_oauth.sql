@@ -27,7 +27,7 @@ create table app.oauth_login_codes (
   created_at timestamptz not null default now()
 );
 comment on table app.oauth_login_codes is
-  'One-time sign-in codes for the local consent page, made by the operator CLI (`login-code --user U`): valid 10 minutes, deleted when used. In production the website''s Supabase Auth session signs members in instead (docs/oauth.md).';
+  'One-time sign-in codes for the local consent page, made by the operator CLI (`login-code --user U`): valid 10 minutes, deleted when used. In production the website''s Supabase Auth session signs members in instead (docs/oauth.md). No policy and no grant: only the API''s own connection and the operator CLI touch it.';
 create index oauth_login_codes_user_id_idx on app.oauth_login_codes (user_id);
 -- Expired codes are swept by expiry.
 create index oauth_login_codes_expires_at_idx on app.oauth_login_codes (expires_at);
@@ -39,7 +39,7 @@ create table app.oauth_sessions (
   created_at timestamptz not null default now()
 );
 comment on table app.oauth_sessions is
-  'Signed-in members of the authorization pages (the consent page): the session cookie carries a random id, only its SHA-256 is stored. The consent form''s CSRF token is an HMAC of the id, so it needs no column.';
+  'Signed-in members of the authorization pages (the consent page): the session cookie carries a random id, only its SHA-256 is stored. The consent form''s CSRF token is an HMAC of the id, so it needs no column. No policy and no grant: only the API''s own connection touches it.';
 create index oauth_sessions_user_id_idx on app.oauth_sessions (user_id);
 create index oauth_sessions_expires_at_idx on app.oauth_sessions (expires_at);
 
@@ -57,7 +57,7 @@ create table app.oauth_authorization_codes (
   constraint oauth_authorization_codes_challenge_format check (code_challenge ~ '^[A-Za-z0-9_-]{43}$')
 );
 comment on table app.oauth_authorization_codes is
-  'Codes a member granted on the consent page, by hash. Single use: used_at is set by the exchange and the row is kept until it expires, so a replayed code is recognised and the tokens it issued (family_id = id) are revoked (RFC 6749 section 4.1.2).';
+  'Codes a member granted on the consent page, by hash. Single use: used_at is set by the exchange and the row is kept until it expires, so a replayed code is recognised and the tokens it issued (family_id = id) are revoked (RFC 6749 section 4.1.2). No policy and no grant: only the API''s own connection touches it.';
 comment on column app.oauth_authorization_codes.code_challenge is
   'The PKCE S256 challenge (RFC 7636), required of public clients; the exchange must present the verifier whose SHA-256 (base64url) it is.';
 create index oauth_authorization_codes_client_id_idx on app.oauth_authorization_codes (client_id);
@@ -73,7 +73,7 @@ create table app.keyed_rate_limit_counters (
   constraint keyed_rate_limit_counters_pkey primary key (action, subject, window_start)
 );
 comment on table app.keyed_rate_limit_counters is
-  'Like app.rate_limit_counters, for limits whose subject is not a member: failed sign-ins and failed token requests per client address, before anyone is known (or per confidential client once it authenticated, app.oauth_failure_subject). Same sliding window (buckets of a tenth of the period), thresholds in app.rate_limits.';
+  'Like app.rate_limit_counters, for limits whose subject is not a member: failed sign-ins and failed token requests per client address, before anyone is known (or per confidential client once it authenticated, app.oauth_failure_subject). Same sliding window (buckets of a tenth of the period), thresholds in app.rate_limits. No policy and no grant: only the API''s own connection touches it.';
 
 -- ============================================================================
 -- Helpers

@@ -86,7 +86,7 @@ create table app.web_push_subscriptions (
   created_at timestamptz not null default now()
 );
 comment on table app.web_push_subscriptions is
-  'Browser push subscriptions of the website (PushSubscription: endpoint, keys p256dh and auth), written by the website (locally: the operator CLI add-web-push-subscription). An endpoint belongs to one account, as a device token does.';
+  'Browser push subscriptions of the website (PushSubscription: endpoint, keys p256dh and auth), written by the website (locally: the operator CLI add-web-push-subscription). An endpoint belongs to one account, as a device token does. No policy and no grant: the website (the operator CLI locally) writes, the worker reads.';
 create unique index web_push_subscriptions_endpoint_key on app.web_push_subscriptions (endpoint);
 create index web_push_subscriptions_user_id_idx on app.web_push_subscriptions (user_id);
 
@@ -106,7 +106,7 @@ create table app.push_deliveries (
   constraint push_deliveries_one_target check (num_nonnulls(device_token, web_subscription_id) = 1)
 );
 comment on table app.push_deliveries is
-  'The push outbox: one row per (notification, device or web subscription), written with the notification; the worker leases due rows (app.take_push_deliveries), sends them outside any transaction, and deletes them once sent. A row that keeps failing is marked failed, kept a week for the operator to see why (app.prune_push_deliveries), and gone with its notification, device or subscription.';
+  'The push outbox: one row per (notification, device or web subscription), written with the notification; the worker leases due rows (app.take_push_deliveries), sends them outside any transaction, and deletes them once sent. A row that keeps failing is marked failed, kept a week for the operator to see why (app.prune_push_deliveries), and gone with its notification, device or subscription. No policy and no grant: app.notify writes, the worker reads.';
 comment on column app.push_deliveries.leased_at is
   'When a worker last claimed it (app.take_push_deliveries): an answer that the token is dead (410) deletes the device only if it was not registered again after this, as Apple asks (a token re-registered while the 410 was in flight is live).';
 create index push_deliveries_notification_id_idx on app.push_deliveries (notification_id);
@@ -124,7 +124,7 @@ create table app.apns_provider_tokens (
   constraint apns_provider_tokens_pkey primary key (key_id, team_id)
 );
 comment on table app.apns_provider_tokens is
-  'The APNs provider token (ES256 JWT) every worker uses, per key and team: Apple answers 429 TooManyProviderTokenUpdates when tokens change more often than every 20 minutes and refuses them after an hour, so one worker signs a new one after 40 minutes (app.store_apns_provider_token) and all share it.';
+  'The APNs provider token (ES256 JWT) every worker uses, per key and team: Apple answers 429 TooManyProviderTokenUpdates when tokens change more often than every 20 minutes and refuses them after an hour, so one worker signs a new one after 40 minutes (app.store_apns_provider_token) and all share it. No policy and no grant: a bearer credential toward Apple; only the worker reads it.';
 
 -- ============================================================================
 -- Helpers
