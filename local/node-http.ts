@@ -1,6 +1,8 @@
-// What the Node runtime hands the app that functions/ may not import: brotli (node:zlib) and
-// the API reference's browser bundle, read once from the installed @scalar/api-reference.
+// What the Node runtime hands the app that functions/ may not import: brotli (node:zlib),
+// the API reference's browser bundle, read once from the installed @scalar/api-reference, and
+// the Node server's handling of request bodies the app did not read.
 import { readFile } from 'node:fs/promises'
+import type { IncomingMessage } from 'node:http'
 import { constants, brotliCompress } from 'node:zlib'
 
 /** Brotli at quality 5: most of the gain of 11 at a small share of its time, for answers made per request. */
@@ -27,4 +29,39 @@ export function nodeDocsScript(): Promise<Uint8Array | null> {
     }
   })()
   return script
+}
+
+/** A request body up to this size that the app did not read is drained by the server, on the same connection. */
+const DRAINED_BODY_BYTES = 64 * 1024
+
+
+/**
+ * Answers with `Connection: close` when the app answered without reading a request body that is
+ * large or of unknown size (a 403 or 415 before the input is read, a 413): the connection then
+ * ends after this answer, as RFC 9112 section 9.6 asks of a server that does not read the rest.
+ * Without it, @hono/node-server 2.1.8 drains the unread body after an answer sent as keep-alive
+ * and, when that takes over 500 ms (the client stopped sending it once the answer came),
+ * destroys the socket (`drainIncoming`, dist/index.mjs): a client that had meanwhile sent its
+ * next request on the kept-alive connection got no answer ("other side closed" in undici; about
+ * one fuzzed request in 300, test/fuzz.test.ts). A small body is drained at once and keeps the
+ * connection.
+ */
+export function closeAfterUnreadBody<E>(fetch: (request: Request, env: E) => Response | Promise<Response>) {
+  return async (request: Request, env: E): Promise<Response> => {
+    const response = await fetch(request, env)
+    const incoming = (env as { incoming?: IncomingMessage } | undefined)?.incoming
+    if (!incoming || incoming.readableEnded || incoming.method === 'GET' || incoming.method === 'HEAD') return response
+    const length = Number(incoming.headers['content-length'] ?? Number.NaN)
+    if (length === 0 || (Number.isFinite(length) && length <= DRAINED_BODY_BYTES)) return response
+    if (incoming.headers['content-length'] === undefined && incoming.headers['transfer-encoding'] === undefined) return response
+    try {
+      response.headers.set('connection', 'close')
+      return response
+    } catch {
+      // Immutable headers (a Response.redirect): the same answer, re-wrapped.
+      const headers = new Headers(response.headers)
+      headers.set('connection', 'close')
+      return new Response(response.body, { status: response.status, statusText: response.statusText, headers })
+    }
+  }
 }

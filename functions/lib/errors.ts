@@ -48,6 +48,34 @@ const SQLSTATE_STATUS: Record<string, [number, string]> = {
   '40P01': [503, 'The request conflicted with another; try again.'],
 }
 
+/**
+ * The database cannot be reached or is going away (a restart, a failover, a full pool on the
+ * server side): the request did not happen, or its transaction was rolled back, and is worth
+ * retrying shortly. PostgreSQL's side: class 08 (connection exception), 57P01-57P03 (admin and
+ * crash shutdown, cannot connect now), 53300 (too many connections). postgres.js's side: the
+ * socket's errors and its own CONNECTION_* codes (src/errors.js).
+ */
+const UNAVAILABLE_SQLSTATE = /^(08...|57P0[123]|53300)$/
+const UNAVAILABLE_SOCKET_CODES = new Set([
+  'ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN',
+  'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'CONNECT_TIMEOUT',
+])
+const UNAVAILABLE_MESSAGE = 'The database is unavailable right now; try again shortly.'
+
+/** Whether an error says the database is out of reach (see UNAVAILABLE_SQLSTATE), not that the request was wrong. */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  if (typeof err !== 'object' || err === null) return false
+  const code = (err as { code?: unknown }).code
+  if (typeof code !== 'string') return false
+  return isPostgresError(err) ? UNAVAILABLE_SQLSTATE.test(code) : UNAVAILABLE_SOCKET_CODES.has(code)
+}
+
+/** The one log line of an unreachable database (no stack: it repeats for every request while it restarts). */
+export function unavailableLogLine(err: unknown): string {
+  const { code, message } = err as { code: string; message?: string }
+  return `database unavailable: ${code} ${message ?? ''}`.trim()
+}
+
 export interface ErrorBody {
   status: number
   body: Record<string, unknown>
@@ -70,6 +98,9 @@ export function describeError(err: unknown, upgradeUrl: string): ErrorBody {
   } else if (err instanceof HTTPException) {
     status = err.status
     body = { error: err.message || 'The request could not be read.' }
+  } else if (isDatabaseUnavailable(err)) {
+    status = 503
+    body = { error: UNAVAILABLE_MESSAGE }
   } else if (isPostgresError(err)) {
     const code = err.code ?? ''
     if (/^PT\d{3}$/.test(code)) {
@@ -90,12 +121,12 @@ export function describeError(err: unknown, upgradeUrl: string): ErrorBody {
   }
   if (status === 401) body.upgrade_url = upgradeUrl
   if (status === 429 && !headers['Retry-After']) headers['Retry-After'] = '60'
-  // A cancelled statement (timeout) or a lost race is worth retrying, shortly.
+  // A cancelled statement (timeout), a lost race or an unreachable database is worth retrying, shortly.
   if (status === 503 && !headers['Retry-After']) headers['Retry-After'] = String(RETRY_AFTER_UNAVAILABLE_SECONDS)
   return { status, body, headers }
 }
 
-/** Retry-After of a 503: a statement cancelled by its timeout, a serialization failure, a deadlock. */
+/** Retry-After of a 503: a statement cancelled by its timeout, a serialization failure, a deadlock, the database out of reach. */
 export const RETRY_AFTER_UNAVAILABLE_SECONDS = 2
 
 /**
@@ -126,6 +157,8 @@ export async function errorResponse(
     }
   }
   const { status, body, headers } = describeError(err, upgradeUrl)
-  if (status >= 500) console.error(err)
+  // An unreachable database is logged in one line, not a stack per request while it restarts.
+  if (status >= 500 && isDatabaseUnavailable(err)) console.error(unavailableLogLine(err))
+  else if (status >= 500) console.error(err)
   return c.json(body, status as 500, headers)
 }

@@ -28,6 +28,21 @@ export function statementTimeoutFrom(value: string | undefined): number {
   return ms
 }
 
+/** How long opening one connection may take (postgres.js's connect_timeout, in seconds). */
+export const CONNECT_TIMEOUT_SECONDS = 5
+
+/**
+ * How long a pool connection waits before it reconnects after a failure, in seconds: 25 ms
+ * doubling to at most 1 s (with jitter), counted across the pool and reset by a connection that
+ * succeeds. A request waits for its connection's next attempt, so this bounds how long requests
+ * wait while the database restarts before the attempt fails them with a 503: postgres.js's own
+ * default grows to 20 s (3^n / 100), and with it every request while PostgreSQL was down (found
+ * by test/faults.test.ts). One attempt per waiting connection per delay is no storm either.
+ */
+export function reconnectBackoffSeconds(retries: number): number {
+  return Math.min(0.025 * 2 ** retries, 1) * (0.5 + Math.random() / 2)
+}
+
 /** Options postgres.js reads (src/index.js) that its type definitions do not list. */
 const unlistedOptions = { max_pipeline: 1 }
 
@@ -43,6 +58,11 @@ export function createSql(url: string, options: SqlOptions = {}) {
     // At 32 concurrent requests on 4 connections: p99 58 → 33 ms for a todo, 220 → 114 ms for a
     // page (docs/performance.md).
     ...unlistedOptions,
+    // A database that does not answer a connection attempt fails the request in 5 s (503), not
+    // postgres.js's default 30 s: a request holds its caller for at most this long while the
+    // database restarts or is unreachable (a refused connection fails at once).
+    connect_timeout: CONNECT_TIMEOUT_SECONDS,
+    backoff: reconnectBackoffSeconds,
     // Timestamps leave the database as UTC ISO 8601 whatever the server's zone is.
     connection: {
       TimeZone: 'UTC',

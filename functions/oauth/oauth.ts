@@ -13,7 +13,7 @@ import type { Context } from 'hono'
 import { bodyLimit } from 'hono/body-limit'
 import { jwtVerify } from 'jose'
 import type { AppEnv } from '../lib/context.ts'
-import { describeError } from '../lib/errors.ts'
+import { RETRY_AFTER_UNAVAILABLE_SECONDS, describeError, isDatabaseUnavailable, unavailableLogLine } from '../lib/errors.ts'
 import { randomToken, sha256Hex, signAccessToken, verifyAccessToken } from '../lib/tokens.ts'
 import { PAGE_HEADERS, consentPage, errorPage, signInPage } from './pages.ts'
 
@@ -336,6 +336,12 @@ oauth.use('/oauth/*', bodyLimit({
 // Whatever else fails (a value the database refuses, a bug) is answered in the endpoint's own
 // shape, an error page or RFC 6749 section 5.2, never the /v1 contract's; details only in the log.
 oauth.onError((err, c) => {
+  // The database out of reach (a restart): 503, worth retrying (temporarily_unavailable, RFC 6749 section 4.1.2.1).
+  if (isDatabaseUnavailable(err)) {
+    console.error(unavailableLogLine(err))
+    if (isPage(c)) return page(c, errorPage('The service is briefly unavailable. Try again in a moment.'), 503, { 'retry-after': String(RETRY_AFTER_UNAVAILABLE_SECONDS) })
+    return oauthError(c, { error: 'temporarily_unavailable', error_description: 'The service is briefly unavailable; try again shortly.', status: 503, retry_after: RETRY_AFTER_UNAVAILABLE_SECONDS })
+  }
   const { status } = describeError(err, c.var.deps.upgradeUrl)
   if (status >= 500) console.error(err)
   if (isPage(c)) return page(c, errorPage(status >= 500 ? 'Something went wrong on our side. Try again from the application.' : 'The request could not be read.'), status >= 500 ? 500 : 400)

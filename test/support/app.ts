@@ -15,7 +15,7 @@ import { databaseUrl } from './net.ts'
 import { nodeWebhookSender } from '../../local/webhook-sender.ts'
 import { type DrainOptions, drainWebhooks } from '../../functions/lib/webhooks.ts'
 import { type ExportOptions, runExports } from '../../functions/lib/exports.ts'
-import { nodeBrotli, nodeDocsScript } from '../../local/node-http.ts'
+import { closeAfterUnreadBody, nodeBrotli, nodeDocsScript } from '../../local/node-http.ts'
 import type { ApnsConfig, PushTransport } from '../../functions/lib/push.ts'
 
 export const JWT_SECRET = 'test-jwt-secret-that-is-long-enough-for-hs256'
@@ -89,7 +89,7 @@ export async function startWorld(options: WorldOptions = {}) {
   })
   app.route('/', storage.routes)
   const baseUrl = await new Promise<string>((resolve) => {
-    server = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0 }, (info) => resolve(`http://127.0.0.1:${info.port}`))
+    server = serve({ fetch: closeAfterUnreadBody(app.fetch), hostname: '127.0.0.1', port: 0 }, (info) => resolve(`http://127.0.0.1:${info.port}`))
   })
   publicUrl = baseUrl
   // The Realtime gateway on the same server, as `npm start` serves it (ws://…/realtime/v1/websocket).
