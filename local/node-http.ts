@@ -47,21 +47,34 @@ const DRAINED_BODY_BYTES = 64 * 1024
  * connection.
  */
 export function closeAfterUnreadBody<E>(fetch: (request: Request, env: E) => Response | Promise<Response>) {
-  return async (request: Request, env: E): Promise<Response> => {
-    const response = await fetch(request, env)
+  return (request: Request, env: E): Response | Promise<Response> => {
     const incoming = (env as { incoming?: IncomingMessage } | undefined)?.incoming
-    if (!incoming || incoming.readableEnded || incoming.method === 'GET' || incoming.method === 'HEAD') return response
-    const length = Number(incoming.headers['content-length'] ?? Number.NaN)
-    if (length === 0 || (Number.isFinite(length) && length <= DRAINED_BODY_BYTES)) return response
-    if (incoming.headers['content-length'] === undefined && incoming.headers['transfer-encoding'] === undefined) return response
-    try {
-      response.headers.set('connection', 'close')
-      return response
-    } catch {
-      // Immutable headers (a Response.redirect): the same answer, re-wrapped.
-      const headers = new Headers(response.headers)
-      headers.set('connection', 'close')
-      return new Response(response.body, { status: response.status, statusText: response.statusText, headers })
-    }
+    // Most requests pass straight through, and a synchronous answer stays synchronous
+    // (@hono/node-server writes those without a promise: its fast path).
+    if (!incoming || !mayLeaveBodyUnread(incoming)) return fetch(request, env)
+    const answer = fetch(request, env)
+    return answer instanceof Promise ? answer.then((response) => closingIfUnread(response, incoming)) : closingIfUnread(answer, incoming)
+  }
+}
+
+/** Whether a request has a body the server could not drain at once if the app left it unread. */
+function mayLeaveBodyUnread(incoming: IncomingMessage): boolean {
+  if (incoming.method === 'GET' || incoming.method === 'HEAD') return false
+  const declared = incoming.headers['content-length']
+  if (declared === undefined) return incoming.headers['transfer-encoding'] !== undefined
+  const length = Number(declared)
+  return !Number.isFinite(length) || length > DRAINED_BODY_BYTES
+}
+
+function closingIfUnread(response: Response, incoming: IncomingMessage): Response {
+  if (incoming.readableEnded) return response
+  try {
+    response.headers.set('connection', 'close')
+    return response
+  } catch {
+    // Immutable headers (a Response.redirect): the same answer, re-wrapped.
+    const headers = new Headers(response.headers)
+    headers.set('connection', 'close')
+    return new Response(response.body, { status: response.status, statusText: response.statusText, headers })
   }
 }

@@ -7,6 +7,7 @@ import { createServer, type Server as HttpServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { parentPort, workerData } from 'node:worker_threads'
 import { serve } from '@hono/node-server'
+import { closeAfterUnreadBody } from '../node-http.ts'
 import { createApp, type AppDeps } from '../../functions/app.ts'
 import { createSql } from '../../functions/lib/sql.ts'
 
@@ -47,7 +48,7 @@ async function startApi(): Promise<{ server: HttpServer; close: () => Promise<vo
   const deps = { sql, publicUrl: data.publicUrl, jwtSecret: data.jwtSecret, upgradeUrl: data.upgradeUrl, storage: noStorage } as AppDeps
   const app = createApp(deps)
   const server = await new Promise<HttpServer>((resolve) => {
-    const s = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0 }, () => resolve(s as HttpServer)) as HttpServer
+    const s = serve({ fetch: closeAfterUnreadBody(app.fetch), hostname: '127.0.0.1', port: 0 }, () => resolve(s as HttpServer)) as HttpServer
   })
   return { server, close: () => sql.end({ timeout: 2 }) }
 }
