@@ -31,25 +31,23 @@ export function nodeDocsScript(): Promise<Uint8Array | null> {
   return script
 }
 
-/** A request body up to this size that the app did not read is drained by the server, on the same connection. */
-const DRAINED_BODY_BYTES = 64 * 1024
-
-
 /**
- * Answers with `Connection: close` when the app answered without reading a request body that is
- * large or of unknown size (a 403 or 415 before the input is read, a 413): the connection then
- * ends after this answer, as RFC 9112 section 9.6 asks of a server that does not read the rest.
+ * Answers with `Connection: close` when the app answered without reading a request body that has
+ * not fully arrived (a 403 or 415 before the input is read, a 413): the connection then ends
+ * after this answer, as RFC 9112 section 9.6 asks of a server that does not read the rest.
  * Without it, @hono/node-server 2.1.8 drains the unread body after an answer sent as keep-alive
- * and, when that takes over 500 ms (the client stopped sending it once the answer came),
- * destroys the socket (`drainIncoming`, dist/index.mjs): a client that had meanwhile sent its
- * next request on the kept-alive connection got no answer ("other side closed" in undici; about
- * one fuzzed request in 300, test/fuzz.test.ts). A small body is drained at once and keeps the
- * connection.
+ * and, when that takes over 500 ms, destroys the socket (`drainIncoming`, dist/index.mjs): a
+ * client that had meanwhile sent its next request on the kept-alive connection got no answer
+ * ("other side closed" in undici; about one fuzzed request in 300, test/fuzz.test.ts). What
+ * counts is whether the body is all here, not its size: a large one is still being drained, and
+ * a small one behind a slow uplink (the client's write returned at once, its bytes arrive later)
+ * is still on its way. A body already received whole (`incoming.complete`: parsed, waiting in
+ * memory) is drained at once and keeps the connection.
  */
 export function closeAfterUnreadBody<E>(fetch: (request: Request, env: E) => Response | Promise<Response>) {
   return (request: Request, env: E): Response | Promise<Response> => {
     const incoming = (env as { incoming?: IncomingMessage } | undefined)?.incoming
-    // Most requests pass straight through, and a synchronous answer stays synchronous
+    // Requests without a body pass straight through, and a synchronous answer stays synchronous
     // (@hono/node-server writes those without a promise: its fast path).
     if (!incoming || !mayLeaveBodyUnread(incoming)) return fetch(request, env)
     const answer = fetch(request, env)
@@ -57,17 +55,17 @@ export function closeAfterUnreadBody<E>(fetch: (request: Request, env: E) => Res
   }
 }
 
-/** Whether a request has a body the server could not drain at once if the app left it unread. */
+/** Whether a request has a body the app might leave unread (any but an empty one; GET and HEAD Node drains itself). */
 function mayLeaveBodyUnread(incoming: IncomingMessage): boolean {
   if (incoming.method === 'GET' || incoming.method === 'HEAD') return false
   const declared = incoming.headers['content-length']
   if (declared === undefined) return incoming.headers['transfer-encoding'] !== undefined
-  const length = Number(declared)
-  return !Number.isFinite(length) || length > DRAINED_BODY_BYTES
+  return declared !== '0'
 }
 
 function closingIfUnread(response: Response, incoming: IncomingMessage): Response {
-  if (incoming.readableEnded) return response
+  // Read by the app, or received whole (parsed into memory, drained at once): the connection stays.
+  if (incoming.readableEnded || incoming.complete) return response
   try {
     response.headers.set('connection', 'close')
     return response
