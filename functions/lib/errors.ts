@@ -50,24 +50,42 @@ const SQLSTATE_STATUS: Record<string, [number, string]> = {
 
 /**
  * The database cannot be reached or is going away (a restart, a failover, a full pool on the
- * server side): the request did not happen, or its transaction was rolled back, and is worth
- * retrying shortly. PostgreSQL's side: class 08 (connection exception), 57P01-57P03 (admin and
- * crash shutdown, cannot connect now), 53300 (too many connections). postgres.js's side: the
- * socket's errors and its own CONNECTION_* codes (src/errors.js).
+ * server side). PostgreSQL's side: class 08 (connection exception), 57P01-57P03 (admin and crash
+ * shutdown, cannot connect now), 53300 (too many connections). postgres.js's side: the socket's
+ * errors and its own CONNECTION_* codes (src/errors.js).
+ *
+ * Two kinds, because a retry is safe only for one (there are no idempotency keys: a POST sent
+ * twice makes two todos). Not applied: no connection was made, or PostgreSQL ended the session
+ * itself, rolling back what was under way (it answers a COMMIT before it acts on a shutdown), or
+ * postgres.js never sent the statement. Outcome unknown: the connection broke while a statement
+ * (perhaps a COMMIT) was under way, so the write may have been committed with only its answer
+ * lost; that answer says so and carries no Retry-After.
  */
-const UNAVAILABLE_SQLSTATE = /^(08...|57P0[123]|53300)$/
-const UNAVAILABLE_SOCKET_CODES = new Set([
-  'ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN',
-  'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'CONNECT_TIMEOUT',
+const NOT_APPLIED_SQLSTATE = /^(08001|08004|57P0[123]|53300)$/
+const OUTCOME_UNKNOWN_SQLSTATE = /^08...$/
+const NOT_APPLIED_SOCKET_CODES = new Set([
+  'ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'CONNECT_TIMEOUT', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED',
 ])
+const OUTCOME_UNKNOWN_SOCKET_CODES = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'CONNECTION_CLOSED'])
 const UNAVAILABLE_MESSAGE = 'The database is unavailable right now; try again shortly.'
+const OUTCOME_UNKNOWN_MESSAGE =
+  'The connection to the database broke while the request ran: it may or may not have taken effect. Check before sending it again.'
 
-/** Whether an error says the database is out of reach (see UNAVAILABLE_SQLSTATE), not that the request was wrong. */
-export function isDatabaseUnavailable(err: unknown): boolean {
-  if (typeof err !== 'object' || err === null) return false
+function databaseFailure(err: unknown): 'not-applied' | 'outcome-unknown' | null {
+  if (typeof err !== 'object' || err === null) return null
   const code = (err as { code?: unknown }).code
-  if (typeof code !== 'string') return false
-  return isPostgresError(err) ? UNAVAILABLE_SQLSTATE.test(code) : UNAVAILABLE_SOCKET_CODES.has(code)
+  if (typeof code !== 'string') return null
+  if (isPostgresError(err)) {
+    if (NOT_APPLIED_SQLSTATE.test(code)) return 'not-applied'
+    return OUTCOME_UNKNOWN_SQLSTATE.test(code) ? 'outcome-unknown' : null
+  }
+  if (NOT_APPLIED_SOCKET_CODES.has(code)) return 'not-applied'
+  return OUTCOME_UNKNOWN_SOCKET_CODES.has(code) ? 'outcome-unknown' : null
+}
+
+/** Whether an error says the database is out of reach or was lost (see databaseFailure), not that the request was wrong. */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  return databaseFailure(err) !== null
 }
 
 /** The one log line of an unreachable database (no stack: it repeats for every request while it restarts). */
@@ -98,9 +116,12 @@ export function describeError(err: unknown, upgradeUrl: string): ErrorBody {
   } else if (err instanceof HTTPException) {
     status = err.status
     body = { error: err.message || 'The request could not be read.' }
-  } else if (isDatabaseUnavailable(err)) {
+  } else if (databaseFailure(err) === 'not-applied') {
     status = 503
     body = { error: UNAVAILABLE_MESSAGE }
+  } else if (databaseFailure(err) === 'outcome-unknown') {
+    // 503 without Retry-After (see databaseFailure): whether to send it again is the client's call.
+    return { status: 503, body: { error: OUTCOME_UNKNOWN_MESSAGE }, headers }
   } else if (isPostgresError(err)) {
     const code = err.code ?? ''
     if (/^PT\d{3}$/.test(code)) {
