@@ -5,7 +5,8 @@
 // - a PostgreSQL of its own, stopped and started again under load: while it is down every request
 //   is answered at once with 503 {error} and Retry-After (never a 500, never a hang), and once it
 //   is back the same server answers again, without a restart; its workers deliver again and the
-//   Realtime gateway hears the database again (a chat message reaches a supabase-js subscriber).
+//   Realtime gateway hears the database again (a chat message reaches a supabase-js subscriber);
+// - and, without timing, how each way of losing the database is answered (functions/lib/errors.ts).
 import { createHash } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import { mkdtemp, rm } from 'node:fs/promises'
@@ -14,6 +15,7 @@ import { join } from 'node:path'
 import type { ChildProcess } from 'node:child_process'
 import type { SupabaseClient } from '@supabase/supabase-js'
 import { afterAll, describe, expect, it } from 'vitest'
+import { describeError } from '../functions/lib/errors.ts'
 import { CONNECT_TIMEOUT_SECONDS, createSql } from '../functions/lib/sql.ts'
 import { runAdmin } from '../local/admin-commands.ts'
 import { migrate } from '../local/migrate.ts'
@@ -407,5 +409,26 @@ describe('PostgreSQL restarted under load', () => {
 
     expect([0, 'SIGINT']).toContain(await interrupt(server.child))
     serverRunning = false
+  })
+})
+
+describe('how a lost database is answered (functions/lib/errors.ts)', () => {
+  // The kinds the restart above meets depend on timing; each code is pinned here.
+  const postgresError = (code: string) => Object.assign(new Error(`sqlstate ${code}`), { name: 'PostgresError', code })
+  const socketError = (code: string) => Object.assign(new Error(`socket ${code}`), { code })
+  it('not applied: 503 with Retry-After; outcome unknown: 503 that says so, without Retry-After', () => {
+    for (const err of [socketError('ECONNREFUSED'), socketError('CONNECT_TIMEOUT'), socketError('CONNECTION_ENDED'),
+      postgresError('57P01'), postgresError('57P03'), postgresError('53300'), postgresError('08001')]) {
+      const { status, body, headers } = describeError(err, 'https://todo.test/upgrade')
+      expect([err.message, status, body, headers]).toEqual([err.message, 503, { error: 'The database is unavailable right now; try again shortly.' }, { 'Retry-After': '2' }])
+    }
+    for (const err of [socketError('ECONNRESET'), socketError('EPIPE'), socketError('CONNECTION_CLOSED'), socketError('CONNECTION_DESTROYED'), postgresError('08006')]) {
+      const { status, body, headers } = describeError(err, 'https://todo.test/upgrade')
+      expect([err.message, status, headers]).toEqual([err.message, 503, {}])
+      expect(body.error).toMatch(/may or may not have taken effect/)
+    }
+    // A code of another kind is not a lost database: a plain 500, logged as ours to fix.
+    expect(describeError(socketError('ENOENT'), '').status).toBe(500)
+    expect(describeError(postgresError('XX000'), '').status).toBe(500)
   })
 })

@@ -64,9 +64,10 @@ const SQLSTATE_STATUS: Record<string, [number, string]> = {
 const NOT_APPLIED_SQLSTATE = /^(08001|08004|57P0[123]|53300)$/
 const OUTCOME_UNKNOWN_SQLSTATE = /^08...$/
 const NOT_APPLIED_SOCKET_CODES = new Set([
-  'ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'CONNECT_TIMEOUT', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED',
+  'ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'CONNECT_TIMEOUT', 'CONNECTION_ENDED',
 ])
-const OUTCOME_UNKNOWN_SOCKET_CODES = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'CONNECTION_CLOSED'])
+// CONNECTION_DESTROYED: sql.end() cut the statement under way (at shutdown), which may have committed.
+const OUTCOME_UNKNOWN_SOCKET_CODES = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED'])
 const UNAVAILABLE_MESSAGE = 'The database is unavailable right now; try again shortly.'
 const OUTCOME_UNKNOWN_MESSAGE =
   'The connection to the database broke while the request ran: it may or may not have taken effect. Check before sending it again.'
