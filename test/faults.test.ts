@@ -4,9 +4,9 @@
 //   its push and its file deletion queued, and a restarted server delivers and deletes them all;
 // - a PostgreSQL of its own, stopped and started again under load: while it is down every request
 //   is answered at once with 503 {error} (Retry-After when it surely did not happen; never a 500,
-//   never a hang), and once it
-//   is back the same server answers again, without a restart; its workers deliver again and the
-//   Realtime gateway hears the database again (a chat message reaches a supabase-js subscriber);
+//   never a hang), and once it is back the same server answers again, without a restart; its
+//   workers deliver again and the Realtime gateway hears the database again (a chat message
+//   reaches a supabase-js subscriber);
 // - and, without timing, how each way of losing the database is answered (functions/lib/errors.ts).
 import { createHash } from 'node:crypto'
 import { existsSync } from 'node:fs'

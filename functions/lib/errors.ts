@@ -106,6 +106,7 @@ export function describeError(err: unknown, upgradeUrl: string): ErrorBody {
   const headers: Record<string, string> = {}
   let status = 500
   let body: Record<string, unknown> = { error: 'Something went wrong on our side.' }
+  const lost = databaseFailure(err)
 
   if (err instanceof ApiError) {
     status = err.status
@@ -117,10 +118,10 @@ export function describeError(err: unknown, upgradeUrl: string): ErrorBody {
   } else if (err instanceof HTTPException) {
     status = err.status
     body = { error: err.message || 'The request could not be read.' }
-  } else if (databaseFailure(err) === 'not-applied') {
+  } else if (lost === 'not-applied') {
     status = 503
     body = { error: UNAVAILABLE_MESSAGE }
-  } else if (databaseFailure(err) === 'outcome-unknown') {
+  } else if (lost === 'outcome-unknown') {
     // 503 without Retry-After (see databaseFailure): whether to send it again is the client's call.
     return { status: 503, body: { error: OUTCOME_UNKNOWN_MESSAGE }, headers }
   } else if (isPostgresError(err)) {
