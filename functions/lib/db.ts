@@ -53,12 +53,19 @@ select ${fn}(${args})::text as body from ctx`
 }
 
 /** Runs one api function for one request; resolves to the JSON text it returned (or null). */
+/** The code of the error callApi raises when its statement came back without its row (functions/lib/errors.ts). */
+export const NO_RESULT_ROW = 'NO_RESULT_ROW'
+
 export async function callApi(sql: Sql, context: CallContext, fn: string, args: unknown[]): Promise<string | null> {
   // jsonb parameters take JS objects: postgres.js serializes by the type the server describes.
   const params = [context.credential, context.access, context.publicUrl, context.webUrl ?? context.publicUrl, ...args]
   // postgres.js sends JS strings and numbers as "unknown", so the function signature types them.
   const rows = await sql.unsafe(statementFor(fn, args.length), params as never[], { prepare: true })
-  return (rows[0]?.body as string | null | undefined) ?? null
+  // The statement always yields exactly one row (its body may be null). None means postgres.js
+  // lost the connection under it and resolved the query empty (seen while PostgreSQL shut down,
+  // test/faults.test.ts): answered as a lost database, not as a success with a null body.
+  if (rows.length !== 1) throw Object.assign(new Error(`${fn} answered ${rows.length} rows instead of one`), { code: NO_RESULT_ROW })
+  return (rows[0]!.body as string | null | undefined) ?? null
 }
 
 /**

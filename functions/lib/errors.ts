@@ -2,6 +2,7 @@
 // the one place that maps database errors, validation failures and HTTP exceptions.
 import type { Context } from 'hono'
 import { HTTPException } from 'hono/http-exception'
+import { NO_RESULT_ROW } from './db.ts'
 
 /** An error raised on the HTTP side, before or instead of a SQL call. */
 export class ApiError extends Error {
@@ -66,8 +67,9 @@ const OUTCOME_UNKNOWN_SQLSTATE = /^08...$/
 const NOT_APPLIED_SOCKET_CODES = new Set([
   'ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'CONNECT_TIMEOUT', 'CONNECTION_ENDED',
 ])
-// CONNECTION_DESTROYED: sql.end() cut the statement under way (at shutdown), which may have committed.
-const OUTCOME_UNKNOWN_SOCKET_CODES = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED'])
+// CONNECTION_DESTROYED: sql.end() cut the statement under way (at shutdown), which may have
+// committed. NO_RESULT_ROW: the statement came back without its row (functions/lib/db.ts).
+const OUTCOME_UNKNOWN_SOCKET_CODES = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', NO_RESULT_ROW])
 const UNAVAILABLE_MESSAGE = 'The database is unavailable right now; try again shortly.'
 const OUTCOME_UNKNOWN_MESSAGE =
   'The connection to the database broke while the request ran: it may or may not have taken effect. Check before sending it again.'
