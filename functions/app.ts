@@ -27,6 +27,8 @@ import { runExports } from './lib/exports.ts'
 import { cors } from './lib/cors.ts'
 import { compression, conditionalGet } from './lib/encoding.ts'
 import { observe } from './lib/observe.ts'
+import { Admission, admissionLimitsFor } from './lib/admission.ts'
+import { poolSizeOf } from './lib/sql.ts'
 import { images } from './web/images.ts'
 import { docs, web } from './web/pages.ts'
 import { notifications } from './notifications/notifications.ts'
@@ -82,8 +84,11 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
   app.use('*', cors((req) => routingPath(new URL(req.url).pathname, basePath)))
   app.use('*', compression({ brotli: deps.brotli }))
   app.use('*', conditionalGet())
+  // One queue per app (a server, or an edge isolate), over the pool the app's SQL runs on.
+  const admission = deps.admission instanceof Admission ? deps.admission : new Admission(deps.admission ?? admissionLimitsFor(poolSizeOf(deps.sql)))
   app.use('*', async (c, next) => {
     c.set('deps', deps)
+    c.set('admission', admission)
     await next()
   })
   // Before anything reads the body: a declared Content-Length over the limit is refused

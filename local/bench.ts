@@ -30,6 +30,12 @@
 //   --notifications       only the notification section (its own scratch database): POST
 //                         /v1/comments and /v1/reactions with and without the notification
 //                         triggers, push throughput to a local APNs stand-in (local/bench/notifications.ts)
+//   --fairness            only the fairness section on the large data set (about 2 minutes): one
+//                         member floods with 8, 16 and 32 costly requests at once while another
+//                         reads at a steady rate; the other's p50/p99 against no flood
+//                         (local/bench/fairness.ts)
+//   --admission off       the API without its fair queue (every request straight to the pool),
+//                         to measure what the queue changes; default on
 //   --reseed              seed again even when the data set is up to date
 //   --profile             no load: EXPLAIN (ANALYZE, BUFFERS) of every endpoint's SQL, nested
 //                         statements included, written to DATA_DIR/bench/profile-<timestamp>.txt
@@ -50,6 +56,8 @@ import { profile } from './bench/profile.ts'
 import { type WebhookBench, measureWebhooks } from './bench/webhooks.ts'
 import { type NotificationBench, measureNotifications } from './bench/notifications.ts'
 import { progressBar } from './bench/progress.ts'
+import { type FairnessBench, FAIRNESS_TARGET, measureFairness } from './bench/fairness.ts'
+import type { AdmissionLimits } from '../functions/lib/admission.ts'
 import { FIXTURE_FORMAT, readFixture, refreshFixture, seedDatabase, writeFixtureFile, type Fixture, type SeedOptions } from './bench/seed-data.ts'
 import { deriveSubset, isSubsetOf } from './bench/subset.ts'
 import {
@@ -80,6 +88,8 @@ interface Options {
   webhooksOnly: boolean
   skipNotifications: boolean
   notificationsOnly: boolean
+  fairnessOnly: boolean
+  admission: boolean
 }
 
 function parseOptions(argv: string[]): Options {
@@ -91,6 +101,7 @@ function parseOptions(argv: string[]): Options {
       only: { type: 'string', multiple: true }, targets: { type: 'string' }, 'skip-scale': { type: 'boolean' }, 'skip-chat': { type: 'boolean' },
       'skip-webhooks': { type: 'boolean' }, webhooks: { type: 'boolean' },
       'skip-notifications': { type: 'boolean' }, notifications: { type: 'boolean' },
+      fairness: { type: 'boolean' }, admission: { type: 'string' },
       reseed: { type: 'boolean' }, profile: { type: 'boolean' },
     },
     strict: true,
@@ -123,7 +134,21 @@ function parseOptions(argv: string[]): Options {
     webhooksOnly: Boolean(values.webhooks),
     skipNotifications: Boolean(values['skip-notifications']),
     notificationsOnly: Boolean(values.notifications),
+    fairnessOnly: Boolean(values.fairness),
+    admission: admissionOption(values.admission),
   }
+}
+
+function admissionOption(value: string | undefined): boolean {
+  if (value === undefined || value === 'on') return true
+  if (value === 'off') return false
+  throw new Error(`--admission must be on or off, got ${JSON.stringify(value)}`)
+}
+
+/** The server worker's fair queue: as npm start's, or (--admission off) one that lets every request through to the pool. */
+function admissionLimits(options: Options): AdmissionLimits | undefined {
+  if (options.admission) return undefined
+  return { concurrency: 1_000_000, perMember: 1_000_000, waitingPerMember: 1_000_000, maxWaitMs: 3_600_000 }
 }
 
 const log = (line: string) => process.stderr.write(`${line}\n`)
@@ -249,7 +274,7 @@ async function openBench(config: Config, dataset: Dataset, options: Options, tar
   }
   const common = {
     databaseUrl: dataset.url, publicUrl: config.publicUrl, jwtSecret: config.jwtSecret, upgradeUrl: config.upgradeUrl,
-    pool: options.pool,
+    pool: options.pool, admission: admissionLimits(options),
     claims: Object.fromEntries([...Object.values(members), ...writers].map((m) => [`Bearer ${m.key}`, JSON.stringify(m.claims)])),
   }
   if (targets.has('api')) bench.servers.api = await startServerWorker({ kind: 'api', ...common })
@@ -347,7 +372,7 @@ async function verify(bench: Bench, endpoint: Endpoint, targets: TargetName[]): 
     let value: unknown
     if (target === 'sql') {
       const member = memberOf(bench, endpoint, call)
-      const text = await callApi(bench.sql!, { credential: member.credential, access: endpoint.access, publicUrl: bench.publicUrl }, endpoint.fn, call.args)
+      const text = await callApi(bench.sql!, { credential: member.credential, access: endpoint.access, read: endpoint.read, publicUrl: bench.publicUrl }, endpoint.fn, call.args)
       value = text === null ? null : JSON.parse(text)
     } else {
       const server = bench.servers[target]
@@ -389,10 +414,10 @@ async function measure(bench: Bench, endpoint: Endpoint, target: TargetName, opt
       const member = bench.members[endpoint.as]
       return await runSql({
         sql: bench.sql!,
-        context: { credential: member.credential, access: endpoint.access, publicUrl: bench.publicUrl },
+        context: { credential: member.credential, access: endpoint.access, read: endpoint.read, publicUrl: bench.publicUrl },
         fn: endpoint.fn,
         perConnection: calls.map((list) => list.map((c) => c.args)),
-        contexts: calls.map((list) => list.map((c) => ({ credential: memberOf(bench, endpoint, c).credential, access: endpoint.access, publicUrl: bench.publicUrl }))),
+        contexts: calls.map((list) => list.map((c) => ({ credential: memberOf(bench, endpoint, c).credential, access: endpoint.access, read: endpoint.read, publicUrl: bench.publicUrl }))),
         connections: options.connections,
         seconds,
         atEnd: () => settle(bench.admin),
@@ -523,6 +548,61 @@ function printNotifications(n: NotificationBench, load: number): void {
   out(`  push throughput to a local APNs stand-in (HTTP/2, ${n.push.connections} connection(s)): ${n.push.pushes} pushes in ${n.push.seconds} s = ${n.push.per_second}/s`)
 }
 
+/**
+ * The worst requests the API still accepts, by what they cost the database: full-text queries at
+ * the term limit made of one-letter prefixes (each matches most todos, so the index narrows
+ * nothing and every match is counted for total_count), a negated one (matches almost all), and
+ * date filters that match everything, on the widest lists.
+ */
+const FLOOD_PATHS = [
+  `/v1/todos?query=${encodeURIComponent('a e i o u s t n r l d c m p b h')}`,
+  `/v1/todos?query=${encodeURIComponent('-zzzz -yyyy -xxxx -wwww -vvvv -qqqq -jjjj -kkkk')}`,
+  '/v1/todos?since=1970',
+  `/v1/timeline?since=1970&query=${encodeURIComponent('a')}`,
+  `/v1/todos?until=2100&query=${encodeURIComponent('e')}`,
+]
+
+async function runFairness(config: Config, dataset: Dataset, options: Options): Promise<FairnessBench> {
+  const fx = dataset.fixture
+  const flooder = fx.others[0]
+  if (!flooder) throw new Error('the fixture has no second member to flood with: seed again (--reseed)')
+  const server = await startServerWorker({
+    kind: 'api', databaseUrl: dataset.url, publicUrl: config.publicUrl, jwtSecret: config.jwtSecret, upgradeUrl: config.upgradeUrl,
+    pool: options.pool, claims: {}, admission: admissionLimits(options),
+  })
+  try {
+    log(`Fairness on ${dataset.name}: ${flooder.username} floods, ${fx.reader.username} reads (fair queue ${options.admission ? 'on' : 'off'}, pool of ${options.pool}).`)
+    return await measureFairness({
+      baseUrl: server.baseUrl,
+      victim: { key: fx.reader.api_key, paths: ['/v1/users/me', '/v1/users/me/todos', `/v1/todos/${fx.todo.id}`] },
+      flooder: { key: flooder.api_key, paths: FLOOD_PATHS },
+      levels: [8, 16, 32],
+      seconds: options.duration === 10 ? 20 : options.duration,
+      rate: 15,
+      log,
+    })
+  } finally {
+    await server.stop()
+  }
+}
+
+function printFairness(f: FairnessBench, load: number, dataset: Dataset): void {
+  const out = (line: string) => process.stdout.write(`${line}\n`)
+  out(`\nFairness (${dataset.name}; ${f.rate} reads/s of one member, ${f.seconds}s per phase; load average at start ${load.toFixed(2)}):`)
+  out(`  victim reads: ${f.victim_paths.join(', ')}`)
+  out(`  flood: ${f.flood_paths.join(', ')}`)
+  for (const p of f.phases) {
+    const v = p.victim
+    out(`  ${p.flood === 0 ? 'no flood ' : `flood ${String(p.flood).padStart(2)} `}: victim p50 ${fmt(v.p50, 2)} ms, p99 ${fmt(v.p99, 2)} ms, max ${fmt(v.max, 2)} ms, ` +
+      `${v.ok}/${v.requests} ok ${JSON.stringify(v.statuses)}; flooder ${p.flooder.per_second}/s ${JSON.stringify(p.flooder.statuses)}`)
+  }
+  for (const r of f.ratios) {
+    const mark = (v: number | null) => (v !== null && v <= FAIRNESS_TARGET ? '✓' : '✗')
+    out(`  flood ${String(r.flood).padStart(2)}: victim p50 ×${fmt(r.p50, 2)} ${mark(r.p50)}, p99 ×${fmt(r.p99, 2)} ${mark(r.p99)} (target ≤ ${FAIRNESS_TARGET}×)`)
+  }
+  out(f.met ? '  Fairness target met at every flood level.' : '  Fairness target missed.')
+}
+
 async function writeResults(config: Config, started: Date, body: object, name = 'webhooks'): Promise<void> {
   const dir = resolve(config.dataDir, 'bench')
   await mkdir(dir, { recursive: true })
@@ -553,6 +633,12 @@ async function main(): Promise<number> {
       return 0
     }
     const large = await ensureDataset(config, server.url, 'large', options.large, options.reseed)
+    if (options.fairnessOnly) {
+      const fairness = await runFairness(config, large, options)
+      printFairness(fairness, load, large)
+      await writeResults(config, started, { load_average_at_start: load, dataset: large.name, admission: options.admission, fairness }, 'fairness')
+      return fairness.met ? 0 : 1
+    }
     const endpoints = ENDPOINTS.filter((e) => options.only.length === 0 || options.only.some((o) => e.name.includes(o)))
     if (endpoints.length === 0) throw new Error(`--only matches none of: ${ENDPOINTS.map((e) => e.name).join('; ')}`)
 

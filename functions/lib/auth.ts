@@ -6,6 +6,7 @@ import { type Credential, assertCredentialAllows } from './db.ts'
 import { accessOf } from './access.ts'
 import type { AppContext, AppEnv } from './context.ts'
 import { ApiError } from './errors.ts'
+import { inTurn } from './respond.ts'
 import { API_KEY_PREFIX, sha256Hex, verifyAccessToken } from './tokens.ts'
 
 /** The query parameter wins over the header when both are sent (SPEC rule 2). */
@@ -52,5 +53,6 @@ export const credentials: MiddlewareHandler<AppEnv> = async (c, next) => {
  */
 export async function refuseUnknownCredential(c: AppContext): Promise<void> {
   const credential = c.get('credential')
-  if (credential) await assertCredentialAllows(c.var.deps.sql, credential, accessOf(c))
+  // In the member's turn like every SQL call of a request: a flood of invalid requests queues too.
+  if (credential) await inTurn(c, () => assertCredentialAllows(c.var.deps.sql, credential, accessOf(c)))
 }

@@ -5,6 +5,7 @@ import type { Credential } from './db.ts'
 import type { FileStorage } from './storage.ts'
 import type { DrainOptions, WebhookSender } from './webhooks.ts'
 import type { ApnsConfig, PushDrainOptions, PushTransport } from './push.ts'
+import type { Admission, AdmissionLimits } from './admission.ts'
 
 export interface AppDeps {
   /** postgres.js client; on Supabase, created once at module scope with prepare: false. */
@@ -50,12 +51,16 @@ export interface AppDeps {
   brotli?: (data: Uint8Array) => Uint8Array | Promise<Uint8Array>
   /** The bytes of @scalar/api-reference's browser bundle, served at /docs/scalar.js; null when not installed. */
   docsScript?: () => Promise<Uint8Array | null>
+  /** The fair queue (functions/lib/admission.ts), or its limits; default: admissionLimitsFor the pool's size. */
+  admission?: AdmissionLimits | Admission
 }
 
 export interface AppEnv {
   Variables: {
     deps: AppDeps
     credential: Credential | null
+    /** The app's fair queue: every request's SQL call waits for its member's turn in it. */
+    admission: Admission
   }
 }
 

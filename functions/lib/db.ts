@@ -3,9 +3,14 @@
 // A request is a single statement, so it is one round trip and its own transaction:
 //   1. `auth`  resolves the credential (app.authenticate, security definer): unknown key,
 //      revoked token → 403; lapsed subscription → 401; credential not allowed → 403.
-//   2. `ctx`   switches to role `authenticated` and sets `request.jwt.claims`, exactly as
+//   2. `admitted` takes one of the member's slots and counts a read (app.admit_request): too
+//      many of one member's requests at once, or too many reads → 429. It is what bounds one
+//      member's share of the database across servers and edge isolates (functions/lib/admission.ts
+//      queues within one).
+//   3. `ctx`   switches to role `authenticated` and sets `request.jwt.claims`, exactly as
 //      PostgREST and Supabase Realtime do, so auth.uid() and every RLS policy apply.
-//   3. the endpoint's api function runs and returns the response body as JSON text.
+//   4. the endpoint's api function runs and returns the response body as JSON text, and the
+//      statement returns the member's id beside it (the admission queue keys API keys by it).
 // Both CTEs are materialized, so they run before the outer target list calls the function.
 // api functions are never inlinable (plpgsql, or `set search_path`), so their queries are
 // planned after the role switch, under RLS.
@@ -22,12 +27,14 @@ export type Credential =
 export interface CallContext {
   credential: Credential
   access: Access
+  /** A read (GET, HEAD): counted against the member's read rate limit (app.admit_request). */
+  read: boolean
   publicUrl: string
   /** Base of web url fields (WEB_URL); default publicUrl. */
   webUrl?: string
 }
 
-const FIXED_PARAMS = 4
+const FIXED_PARAMS = 5
 const statements = new Map<string, string>()
 
 /** The statement text for an api function with `argc` arguments, built once and prepared. */
@@ -39,33 +46,47 @@ function statementFor(fn: string, argc: number): string {
     const args = Array.from({ length: argc }, (_, i) => `$${i + 1 + FIXED_PARAMS}`).join(', ')
     text = `with auth as materialized (
   select app.authenticate($1::jsonb, $2::text) as claims
+), admitted as materialized (
+  select app.admit_request((auth.claims ->> 'sub')::uuid, $5::boolean) as slot from auth
 ), ctx as materialized (
   select set_config('role', 'authenticated', true) as role,
          set_config('request.jwt.claims', auth.claims::text, true) as claims,
          set_config('app.public_url', $3::text, true) as public_url,
-         set_config('app.web_url', $4::text, true) as web_url
-  from auth
+         set_config('app.web_url', $4::text, true) as web_url,
+         auth.claims ->> 'sub' as member
+  from auth, admitted
 )
-select ${fn}(${args})::text as body from ctx`
+select ${fn}(${args})::text as body, ctx.member from ctx`
     statements.set(key, text)
   }
   return text
 }
 
-/** Runs one api function for one request; resolves to the JSON text it returned (or null). */
 /** The code of the error callApi raises when its statement came back without its row (functions/lib/errors.ts). */
 export const NO_RESULT_ROW = 'NO_RESULT_ROW'
 
+/** What one api function call returned: its JSON text (or null), and the uuid of the member it ran for. */
+export interface ApiResult {
+  body: string | null
+  member: string
+}
+
+/** Runs one api function for one request; resolves to the JSON text it returned (or null). */
 export async function callApi(sql: Sql, context: CallContext, fn: string, args: unknown[]): Promise<string | null> {
+  return (await callApiAs(sql, context, fn, args)).body
+}
+
+/** callApi, also telling whose request it was (the admission queue learns an API key's member from it). */
+export async function callApiAs(sql: Sql, context: CallContext, fn: string, args: unknown[]): Promise<ApiResult> {
   // jsonb parameters take JS objects: postgres.js serializes by the type the server describes.
-  const params = [context.credential, context.access, context.publicUrl, context.webUrl ?? context.publicUrl, ...args]
+  const params = [context.credential, context.access, context.publicUrl, context.webUrl ?? context.publicUrl, context.read, ...args]
   // postgres.js sends JS strings and numbers as "unknown", so the function signature types them.
   const rows = await sql.unsafe(statementFor(fn, args.length), params as never[], { prepare: true })
   // The statement always yields exactly one row (its body may be null). None means postgres.js
   // lost the connection under it and resolved the query empty (seen while PostgreSQL shut down,
   // test/faults.test.ts): answered as a lost database, not as a success with a null body.
   if (rows.length !== 1) throw Object.assign(new Error(`${fn} answered ${rows.length} rows instead of one`), { code: NO_RESULT_ROW })
-  return (rows[0]!.body as string | null | undefined) ?? null
+  return { body: (rows[0]!.body as string | null | undefined) ?? null, member: rows[0]!.member as string }
 }
 
 /**

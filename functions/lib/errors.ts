@@ -10,6 +10,8 @@ export class ApiError extends Error {
     readonly status: number,
     message: string,
     readonly extra: Record<string, unknown> = {},
+    /** Headers of the answer, such as the Retry-After of a 429. */
+    readonly headers: Record<string, string> = {},
   ) {
     super(message)
   }
@@ -113,6 +115,7 @@ export function describeError(err: unknown, upgradeUrl: string): ErrorBody {
   if (err instanceof ApiError) {
     status = err.status
     body = { error: err.message, ...err.extra }
+    Object.assign(headers, err.headers)
   } else if (err instanceof HTTPException && err.status === 415) {
     // SPEC answers bad input with 422; a body in a format the route does not take is that.
     status = 422
@@ -184,6 +187,7 @@ export async function errorResponse(
   const { status, body, headers } = describeError(err, upgradeUrl)
   // An unreachable database is logged in one line, not a stack per request while it restarts.
   if (status >= 500 && isDatabaseUnavailable(err)) console.error(unavailableLogLine(err))
-  else if (status >= 500) console.error(err)
+  // An ApiError is an answer we chose (a busy server's 503), not a fault to investigate.
+  else if (status >= 500 && !(err instanceof ApiError)) console.error(err)
   return c.json(body, status as 500, headers)
 }

@@ -1,18 +1,38 @@
 // From a validated request to the response: one api function call, its JSON text passed
 // through untouched (no parse and re-serialize on the hot path).
 import type { Access } from './db.ts'
-import { callApi } from './db.ts'
+import { callApiAs } from './db.ts'
+import { AdmissionRefused } from './admission.ts'
 import type { AppContext } from './context.ts'
 import { ApiError } from './errors.ts'
 import { accessOf } from './access.ts'
 import { weakTag } from './encoding.ts'
 
-/** The one SQL call of a request, returning the function's JSON text. */
+/**
+ * The one SQL call of a request, returning the function's JSON text. It runs in its member's
+ * turn (functions/lib/admission.ts), and the database admits it (app.admit_request).
+ */
 export async function callFor(c: AppContext, fn: string, args: unknown[], access?: Access): Promise<string | null> {
   const credential = c.var.credential
   if (!credential) throw new ApiError(403, 'Authentication required: send an API key or an OAuth access token.')
   const { sql, publicUrl, webUrl } = c.var.deps
-  return await callApi(sql, { credential, access: access ?? accessOf(c), publicUrl, webUrl }, fn, args)
+  const read = c.req.method === 'GET' || c.req.method === 'HEAD'
+  const context = { credential, access: access ?? accessOf(c), read, publicUrl, webUrl }
+  const { body, member } = await inTurn(c, () => callApiAs(sql, context, fn, args))
+  c.var.admission.learn(credential, member)
+  return body
+}
+
+/** Runs a SQL call of the request's credential in its member's turn; a refused turn is answered 429 or 503 with Retry-After. */
+export async function inTurn<T>(c: AppContext, call: () => Promise<T>): Promise<T> {
+  const credential = c.var.credential
+  if (!credential) return await call()
+  try {
+    return await c.var.admission.run(credential, call, () => c.req.raw.signal)
+  } catch (err) {
+    if (err instanceof AdmissionRefused) throw new ApiError(err.status, err.message, {}, { 'Retry-After': String(err.retryAfterSeconds) })
+    throw err
+  }
 }
 
 export interface RespondOptions {

@@ -102,3 +102,9 @@ export async function transaction<T>(sql: postgres.Sql, fn: (tx: postgres.Reserv
     reserved.release()
   }
 }
+
+/** How many connections a postgres.js client opens at most (its `max`). */
+export function poolSizeOf(sql: postgres.Sql): number {
+  const max = (sql as { options?: { max?: unknown } }).options?.max
+  return typeof max === 'number' && max > 0 ? max : 10
+}

@@ -10,6 +10,7 @@ import { serve } from '@hono/node-server'
 import { closeAfterUnreadBody } from '../node-http.ts'
 import { createApp, type AppDeps } from '../../functions/app.ts'
 import { createSql } from '../../functions/lib/sql.ts'
+import type { AdmissionLimits } from '../../functions/lib/admission.ts'
 
 export interface ServerWorkerData {
   kind: 'api' | 'postgraphile'
@@ -20,6 +21,8 @@ export interface ServerWorkerData {
   pool: number
   /** PostGraphile: request.jwt.claims (as app.authenticate returns them) by Authorization header. */
   claims: Record<string, string>
+  /** API: the fair queue's limits; unset: as npm start derives them from the pool. */
+  admission?: AdmissionLimits
 }
 
 const data = workerData as ServerWorkerData
@@ -45,7 +48,7 @@ const noStorage: FileStorage = {
 
 async function startApi(): Promise<{ server: HttpServer; close: () => Promise<void> }> {
   const sql = createSql(data.databaseUrl, { max: data.pool })
-  const deps = { sql, publicUrl: data.publicUrl, jwtSecret: data.jwtSecret, upgradeUrl: data.upgradeUrl, storage: noStorage } as AppDeps
+  const deps = { sql, publicUrl: data.publicUrl, jwtSecret: data.jwtSecret, upgradeUrl: data.upgradeUrl, storage: noStorage, admission: data.admission } as AppDeps
   const app = createApp(deps)
   const server = await new Promise<HttpServer>((resolve) => {
     const s = serve({ fetch: closeAfterUnreadBody(app.fetch), hostname: '127.0.0.1', port: 0 }, () => resolve(s as HttpServer)) as HttpServer

@@ -17,6 +17,7 @@ import { type DrainOptions, drainWebhooks } from '../../functions/lib/webhooks.t
 import { type ExportOptions, runExports } from '../../functions/lib/exports.ts'
 import { closeAfterUnreadBody, nodeBrotli, nodeDocsScript } from '../../local/node-http.ts'
 import type { ApnsConfig, PushTransport } from '../../functions/lib/push.ts'
+import { Admission, type AdmissionLimits, admissionLimitsFor } from '../../functions/lib/admission.ts'
 
 export const JWT_SECRET = 'test-jwt-secret-that-is-long-enough-for-hs256'
 export const WORKER_SECRET = 'test-worker-secret'
@@ -58,6 +59,8 @@ export interface WorldOptions {
   webUrl?: string
   /** The push transport and APNs configuration of POST /internal/push; unset: the route is off. */
   push?: { transport: PushTransport; apns: ApnsConfig | null }
+  /** The fair queue's limits (functions/lib/admission.ts); default: as production derives them from the pool (8 here). */
+  admission?: AdmissionLimits
 }
 
 export async function startWorld(options: WorldOptions = {}) {
@@ -81,12 +84,14 @@ export async function startWorld(options: WorldOptions = {}) {
   const webhookAllowPrivate = options.webhookAllowPrivate ?? false
   const accessLog: string[] = []
   const webhookSender = nodeWebhookSender({ allowPrivate: webhookAllowPrivate })
-  const app = createApp({
+  const deps = {
     sql, publicUrl: 'http://api.test', jwtSecret: JWT_SECRET, upgradeUrl: 'https://todo.test/upgrade', storage, workerSecret: WORKER_SECRET,
     webhookAllowPrivate, webhookSender, webhookDrain: { scheduleMs: [200, 400, 800], giveUpAfterMs: 60_000 },
-    webUrl: options.webUrl, brotli: nodeBrotli, docsScript: nodeDocsScript, accessLog: (line) => accessLog.push(line),
+    webUrl: options.webUrl, brotli: nodeBrotli, docsScript: nodeDocsScript, accessLog: (line: string) => accessLog.push(line),
     pushTransport: options.push?.transport, apns: options.push?.apns, pushDrain: { scheduleMs: [200], giveUpAfterMs: 60_000, jitter: 0 },
-  })
+    admission: new Admission(options.admission ?? admissionLimitsFor(8)),
+  }
+  const app = createApp(deps)
   app.route('/', storage.routes)
   const baseUrl = await new Promise<string>((resolve) => {
     server = serve({ fetch: closeAfterUnreadBody(app.fetch), hostname: '127.0.0.1', port: 0 }, (info) => resolve(`http://127.0.0.1:${info.port}`))
@@ -117,9 +122,28 @@ export async function startWorld(options: WorldOptions = {}) {
     return { status: response.status, body: parsed as T, text, headers: response.headers }
   }
 
+  const others: ServerType[] = []
+  /**
+   * Another server of the same API on the same database, with a pool and a fair queue of its own
+   * (a second `npm start`, or another edge isolate): what one server's memory knows, it does not.
+   */
+  async function anotherServer(admission?: AdmissionLimits): Promise<{ baseUrl: string; sql: typeof sql }> {
+    const otherSql = createSql(url, { max: 8, statementTimeoutMs: options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS })
+    const other = createApp({ ...deps, sql: otherSql, admission: new Admission(admission ?? options.admission ?? admissionLimitsFor(8)) })
+    const otherUrl = await new Promise<string>((resolve) => {
+      others.push(serve({ fetch: closeAfterUnreadBody(other.fetch), hostname: '127.0.0.1', port: 0 }, (info) => resolve(`http://127.0.0.1:${info.port}`)))
+    })
+    closers.push(() => otherSql.end({ timeout: 5 }))
+    return { baseUrl: otherUrl, sql: otherSql }
+  }
+  const closers: (() => Promise<void>)[] = []
+
   return {
     baseUrl,
     databaseUrl: url,
+    anotherServer,
+    /** The app's fair queue (its stats: calls running and waiting). */
+    admission: deps.admission,
     /** The app's access log, one line per request. */
     accessLog,
     /** Every statement the app's pool sent, in order (for round-trip counts). */
@@ -155,6 +179,8 @@ export async function startWorld(options: WorldOptions = {}) {
       await realtime.close()
       await webhookSender.close()
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()))
+      for (const other of others) await new Promise<void>((resolve) => other.close(() => resolve()))
+      for (const close of closers) await close()
       await sql.end({ timeout: 5 })
       await admin.unsafe(`drop database if exists ${name} with (force)`)
       await admin.end({ timeout: 5 })
