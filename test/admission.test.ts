@@ -305,6 +305,30 @@ describe('the fair queue (functions/lib/admission.ts)', () => {
     expect(log).toEqual(['a1', 'a2', 'b1', 'b2', 'a3'])
   })
 
+  it('an API key’s line becomes its member’s once the member is known: the calls under way count toward it', async () => {
+    const queue = new FairQueue({ concurrency: 4, perMember: 2, waitingPerMember: 10, maxWaitMs: 60_000 })
+    const log: string[] = []
+    const byKey = [1, 2, 3].map((n) => gated(log, `k${n}`))
+    const runs = byKey.map((g) => queue.run('key h', g.call))
+    await tick()
+    expect(log).toEqual(['k1', 'k2'])
+    queue.rename('key h', 'member')
+    const byMember = gated(log, 'm1')
+    runs.push(queue.run('member', byMember.call))
+    await tick()
+    // Not a second line with two more turns: the member already runs two.
+    expect(log).toEqual(['k1', 'k2'])
+    expect(queue.stats()).toEqual({ running: 2, waiting: 2, members: 1 })
+    byKey[0]!.open()
+    await tick()
+    await tick()
+    expect(log).toEqual(['k1', 'k2', 'k3'])
+    for (const g of [...byKey, byMember]) g.open()
+    await Promise.all(runs)
+    expect(log).toEqual(['k1', 'k2', 'k3', 'm1'])
+    expect(queue.stats()).toEqual({ running: 0, waiting: 0, members: 0 })
+  })
+
   it('a caller that goes away leaves the line, and a failing call frees its turn', async () => {
     const queue = new FairQueue({ concurrency: 1, perMember: 1, waitingPerMember: 10, maxWaitMs: 60_000 })
     const log: string[] = []

@@ -57,6 +57,8 @@ interface Waiter {
 }
 
 interface Member {
+  /** The key the member's line is known by now (an API key's line is renamed when its member is learned). */
+  name: string
   running: number
   waiting: Waiter[]
   /** Whether the member is in the ring of those whose next call may start. */
@@ -83,13 +85,28 @@ export class FairQueue {
     if (this.running < this.limits.concurrency && state.running < this.limits.perMember && this.ring.length === 0) {
       this.begin(state)
     } else {
-      await this.wait(member, state, signal?.())
+      await this.wait(state, signal?.())
     }
     try {
       return await call()
     } finally {
-      this.end(member, state)
+      this.end(state)
     }
+  }
+
+  /**
+   * The line known as `from` is `to`'s from now on (an API key whose member was learned): its
+   * running and waiting calls count as `to`'s. When `to` already has a line of its own (the
+   * member's other credential), the two stay apart until `from`'s drains: callers send new
+   * calls as `to` from now on.
+   */
+  rename(from: string, to: string): void {
+    const state = this.members.get(from)
+    if (!state || from === to || this.members.has(to)) return
+    this.members.delete(from)
+    state.name = to
+    this.members.set(to, state)
+    if (state.inRing) this.ring = this.ring.map((name) => (name === from ? to : name))
   }
 
   /** Calls running and waiting now (tests, the bench). */
@@ -101,7 +118,7 @@ export class FairQueue {
 
   private memberState(member: string): Member {
     let state = this.members.get(member)
-    if (!state) this.members.set(member, (state = { running: 0, waiting: [], inRing: false }))
+    if (!state) this.members.set(member, (state = { name: member, running: 0, waiting: [], inRing: false }))
     return state
   }
 
@@ -110,9 +127,9 @@ export class FairQueue {
     state.running++
   }
 
-  private wait(member: string, state: Member, signal?: AbortSignal): Promise<void> {
+  private wait(state: Member, signal?: AbortSignal): Promise<void> {
     if (state.waiting.length >= this.limits.waitingPerMember) {
-      this.forgetIfIdle(member, state)
+      this.forgetIfIdle(state)
       return Promise.reject(new AdmissionRefused(429,
         `Too many requests at once: ${this.limits.perMember} of yours run at a time and ${this.limits.waitingPerMember} may wait; try again in a second.`, 1))
     }
@@ -123,7 +140,7 @@ export class FairQueue {
         state.waiting.splice(at, 1)
         clearTimeout(timer)
         signal?.removeEventListener('abort', onAbort)
-        this.forgetIfIdle(member, state)
+        this.forgetIfIdle(state)
         reject(err)
       }
       const onAbort = () => leave(new AdmissionRefused(503, 'The request was abandoned before its turn.', 1))
@@ -139,22 +156,22 @@ export class FairQueue {
         `The service is busy: the request waited ${Math.round(this.limits.maxWaitMs / 1000)} seconds without a turn. Try again shortly.`, 2)), this.limits.maxWaitMs)
       signal?.addEventListener('abort', onAbort, { once: true })
       state.waiting.push(waiter)
-      if (!state.inRing && state.running < this.limits.perMember) this.enterRing(member, state)
+      if (!state.inRing && state.running < this.limits.perMember) this.enterRing(state)
       this.dispatch()
     })
   }
 
-  private end(member: string, state: Member): void {
+  private end(state: Member): void {
     this.running--
     state.running--
-    if (state.waiting.length > 0 && !state.inRing) this.enterRing(member, state)
+    if (state.waiting.length > 0 && !state.inRing) this.enterRing(state)
     this.dispatch()
-    this.forgetIfIdle(member, state)
+    this.forgetIfIdle(state)
   }
 
-  private enterRing(member: string, state: Member): void {
+  private enterRing(state: Member): void {
     state.inRing = true
-    this.ring.push(member)
+    this.ring.push(state.name)
   }
 
   /** Gives free connections to the members in the ring, one call each per round. */
@@ -166,18 +183,18 @@ export class FairQueue {
       state.inRing = false
       const waiter = state.waiting.shift()
       if (!waiter) {
-        this.forgetIfIdle(member, state)
+        this.forgetIfIdle(state)
         continue
       }
       this.begin(state)
       waiter.start()
       // Back of the line: the next call of this member comes after one of every other's.
-      if (state.waiting.length > 0 && state.running < this.limits.perMember) this.enterRing(member, state)
+      if (state.waiting.length > 0 && state.running < this.limits.perMember) this.enterRing(state)
     }
   }
 
-  private forgetIfIdle(member: string, state: Member): void {
-    if (state.running === 0 && state.waiting.length === 0 && !state.inRing) this.members.delete(member)
+  private forgetIfIdle(state: Member): void {
+    if (state.running === 0 && state.waiting.length === 0 && !state.inRing && this.members.get(state.name) === state) this.members.delete(state.name)
   }
 }
 
@@ -211,6 +228,8 @@ export class Admission {
     if (credential.kind !== 'api_key' || this.keyMembers.has(credential.key_hash)) return
     if (this.keyMembers.size >= REMEMBERED_KEYS) this.keyMembers.clear()
     this.keyMembers.set(credential.key_hash, member)
+    // The calls of this key already running or waiting keep counting toward one line, the member's.
+    this.queue.rename(`key ${credential.key_hash}`, member)
   }
 
   stats() {
