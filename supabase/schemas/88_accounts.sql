@@ -19,10 +19,13 @@ set check_function_bodies = off;
 -- ============================================================================
 create table app.account_deletion_requests (
   user_id      uuid primary key references app.users(id) on delete cascade,
-  requested_at timestamptz not null default now()
+  requested_at timestamptz not null default now(),
+  requested_by jsonb default app.request_credential()
 );
 comment on table app.account_deletion_requests is
   'A member''s pending request to have their account deleted (DELETE /v1/account), waiting for the operator''s team: approve-deletion removes the account, reject-deletion removes this row. One per member (the primary key), so it never grows past the member count. Until it is decided the account works as before.';
+comment on column app.account_deletion_requests.requested_by is
+  'What made the request, for the operator''s review: {"kind":"api_key","api_key_id":…} or {"kind":"oauth","client_id":…} (a first-party app: third-party apps may not ask). Filled by its default from the request''s claims; members have no grant on it, so the record is not theirs to write. Not a foreign key: the record outlives a key or an app deleted meanwhile. Null for requests made before it was recorded (the migration that added it had no request to name).';
 -- The operator's queue, oldest first.
 create index account_deletion_requests_requested_at_idx on app.account_deletion_requests (requested_at, user_id);
 
@@ -486,8 +489,9 @@ comment on function app.delete_account(uuid) is
 alter table app.account_deletion_requests enable row level security;
 create policy "Members see their own deletion request" on app.account_deletion_requests
   for select to authenticated using (user_id = (select auth.uid()));
-create policy "Members ask to delete their own account (writing credential)" on app.account_deletion_requests
-  for insert to authenticated with check (user_id = (select auth.uid()) and (select app.can_write()));
+create policy "Members ask to delete their account with their own credential" on app.account_deletion_requests
+  for insert to authenticated
+  with check (user_id = (select auth.uid()) and (select app.can_write()) and (select app.credential_is_members_own()));
 grant select on app.account_deletion_requests to authenticated;
 grant insert (user_id) on app.account_deletion_requests to authenticated;
 
@@ -534,6 +538,10 @@ volatile
 set search_path = ''
 as $$
 begin
+  -- Before anything else: a third-party app learns nothing, not even whether a request is pending.
+  if not app.credential_is_members_own() then
+    perform app.http_error(403, 'Only you can ask for your account''s deletion: with your API key or our own app, not a third-party app.');
+  end if;
   if exists (select 1 from app.account_deletion_requests r where r.user_id = (select auth.uid())) then
     perform app.http_error(422, 'Your account''s deletion is already requested and waiting for review.');
   end if;
@@ -545,7 +553,7 @@ begin
 end;
 $$;
 comment on function api.account_delete() is
-  'DELETE /v1/account: records a request to delete the member''s account for the operator''s team to review (204). 422 while one is pending (concurrent requests too: the primary key decides). Nothing else changes until it is approved: the account keeps working.';
+  'DELETE /v1/account: records a request to delete the member''s account for the operator''s team to review (204), with what asked (requested_by, from the claims). Only the member''s own credential may ask: an API key or a first-party app''s token with write; a third-party app gets 403 whatever its scopes. 422 while one is pending (concurrent requests too: the primary key decides), whatever credential asks again: the record keeps naming what made the request under review. Nothing else changes until it is approved: the account keeps working.';
 grant execute on function api.account_delete() to authenticated;
 
 create function api.billing_get(upgrade_url text)
