@@ -13,7 +13,7 @@ import type { Context } from 'hono'
 import { bodyLimit } from 'hono/body-limit'
 import { jwtVerify } from 'jose'
 import type { AppEnv } from '../lib/context.ts'
-import { RETRY_AFTER_UNAVAILABLE_SECONDS, describeError, isDatabaseUnavailable, unavailableLogLine } from '../lib/errors.ts'
+import { CLIENT_HUNG_UP_MESSAGE, RETRY_AFTER_UNAVAILABLE_SECONDS, clientHungUp, describeError, isDatabaseUnavailable, unavailableLogLine } from '../lib/errors.ts'
 import { randomToken, sha256Hex, signAccessToken, verifyAccessToken } from '../lib/tokens.ts'
 import { PAGE_HEADERS, consentPage, errorPage, signInPage } from './pages.ts'
 
@@ -336,6 +336,11 @@ oauth.use('/oauth/*', bodyLimit({
 // Whatever else fails (a value the database refuses, a bug) is answered in the endpoint's own
 // shape, an error page or RFC 6749 section 5.2, never the /v1 contract's; details only in the log.
 oauth.onError((err, c) => {
+  // A client that hung up mid-body: no lost database, nothing to log (the access log keeps the 400).
+  if (clientHungUp(err, c.req.raw)) {
+    if (isPage(c)) return page(c, errorPage(CLIENT_HUNG_UP_MESSAGE), 400)
+    return oauthError(c, { error: 'invalid_request', error_description: CLIENT_HUNG_UP_MESSAGE })
+  }
   // The database out of reach (a restart): 503, worth retrying (temporarily_unavailable, RFC 6749 section 4.1.2.1).
   if (isDatabaseUnavailable(err)) {
     console.error(unavailableLogLine(err))
