@@ -180,9 +180,10 @@ describe('a client that hangs up mid-body (issue 25)', () => {
   }
 
   it('is no lost database: 400 in the access log, never 503, and no "database unavailable" line (JSON, chunked, form, OAuth)', async () => {
+    const hana = await world.createUser('hana')
     const logged = vi.spyOn(console, 'error').mockImplementation(() => {})
     try {
-      const auth = `authorization: Bearer ${alice.api_key}`
+      const auth = `authorization: Bearer ${hana.api_key}`
       const cases: [string[], string][] = [
         [['POST /v1/todos HTTP/1.1', auth, 'content-type: application/json', 'transfer-encoding: chunked'], '9\r\n{"body":"h\r\n'],
         [['POST /v1/todos HTTP/1.1', auth, 'content-type: application/json', 'content-length: 100'], '{"body":"h'],
@@ -200,7 +201,7 @@ describe('a client that hangs up mid-body (issue 25)', () => {
       logged.mockRestore()
     }
     // Nothing of the cut requests was written.
-    expect((await world.get('/v1/users/me/todos', { auth: alice.api_key })).body.data).toEqual([])
+    expect((await world.get('/v1/users/me/todos', { auth: hana.api_key })).body.data).toEqual([])
   })
 })
 
