@@ -329,9 +329,15 @@ describe('approve-deletion', () => {
     const early = await fetch(`${world.baseUrl}/files/${seen.fileKey}`)
     expect(early.status).toBe(404)
     expect(await early.text()).not.toContain('notes')
+    // Her export's link too, at once (issue 25): its archive is still on disk until the worker runs.
+    const [archiveKey] = (await world.sql`select key from app.file_deletions where key like 'exports/%'`).map((r) => r.key as string)
+    expect(existsSync(join(world.storageDir, ...archiveKey!.split('/')))).toBe(true)
+    const archive = await fetch(localUrl(seen.export.url), { redirect: 'manual' })
+    expect(archive.status).toBe(404)
+    expect(await archive.text()).not.toContain('lea')
     await world.maintain()
     expect((await fetch(`${world.baseUrl}/files/${seen.fileKey}`)).status).toBe(404)
-    expect((await fetch(seen.export.url)).status).toBe(404)
+    expect((await fetch(localUrl(seen.export.url))).status).toBe(404)
   })
 
   it('her realtime history is gone, and Bob’s inbox was told its new unread count', async () => {

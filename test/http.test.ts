@@ -163,6 +163,7 @@ describe('OpenAPI and docs', () => {
     ['/todos/987654', 404, /^text\/html/],
     ['/projects/no-such-project', 404, /^text\/html/],
     ['/files/00000000000000000000000000000000/none.png', 404, /^application\/json/],
+    ['/exports/00000000000000000000000000000000/export.json', 404, /^application\/json/],
   ] as const)('GET %s answers %i without a credential', async (path, status, type) => {
     const res = await fetch(world.baseUrl + path)
     expect(res.status).toBe(status)
