@@ -137,6 +137,16 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
   })
   // What an export's download url serves: documented, though no route answers with it.
   app.openAPIRegistry.register('ExportArchive', ExportArchiveSchema)
+  // Worker routes answer to the worker secret only: without it, every method gets the 404 of a
+  // path that does not exist (a 405 for GET told a stranger the route is there). Runs before
+  // each /internal route below, the push worker's too.
+  app.use('/internal/*', async (c, next) => {
+    const presented = c.req.header('authorization')?.replace(/^Bearer\s+/i, '') ?? ''
+    if (!deps.workerSecret || !sameSecret(presented, deps.workerSecret)) {
+      return c.json({ error: `No route matches ${c.req.method} ${routingPath(new URL(c.req.url).pathname, basePath)}.` }, 404)
+    }
+    await next()
+  })
   // The storage worker, for pg_cron on Supabase (npm start runs it on a timer instead).
   app.post('/internal/maintenance', async (c) => {
     const presented = c.req.header('authorization')?.replace(/^Bearer\s+/i, '') ?? ''

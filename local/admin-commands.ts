@@ -292,12 +292,17 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
   'deletion-requests': {
     options: {},
     run: async (ctx) => {
-      // The review queue, oldest first.
+      // The review queue, oldest first, with what asked: {"kind":"api_key","api_key_id"} or
+      // {"kind":"oauth","client_id"} (a first-party app); null for requests made before it was recorded.
       const rows = await ctx.sql`
-        select u.username as user, app.to_public_id('user', u.id) as id, r.requested_at
+        select u.username as user, app.to_public_id('user', u.id) as id, r.requested_at, r.requested_by
         from app.account_deletion_requests r join app.users u on u.id = r.user_id
         order by r.requested_at, r.user_id`
-      return { data: rows.map((r) => ({ user: r.user, id: r.id, requested_at: (r.requested_at as Date).toISOString() })) }
+      return {
+        data: rows.map((r) => ({
+          user: r.user, id: r.id, requested_at: (r.requested_at as Date).toISOString(), requested_by: r.requested_by ?? null,
+        })),
+      }
     },
   },
 

@@ -14,7 +14,7 @@ import type { Sql } from 'postgres'
 import { runStorageMaintenance as runSharedMaintenance } from '../functions/lib/maintenance.ts'
 import { SNIFF_BYTES, fileHeaders, storedType } from '../functions/lib/media.ts'
 import {
-  EXPORT_KEY_PATTERN, type FileStorage, UPLOAD_LIFETIME_SECONDS, hmacHex, localExportCanonical, localUploadCanonical, localUploadPath,
+  EXPORT_KEY_PATTERN, type FileStorage, UPLOAD_LIFETIME_SECONDS, hmacHex, localUploadCanonical, localUploadPath,
   sameHex, uploadSigningKey,
 } from '../functions/lib/storage.ts'
 
@@ -214,29 +214,6 @@ export function localStorage(options: LocalStorageOptions): LocalStorage {
     return c.json({ Key: `uploads/${key}` }, 200)
   })
 
-  // A data export's archive, for whoever holds the signed URL until it expires (Supabase
-  // Storage's signed download URLs do the same); always a download, never rendered here.
-  routes.get('/storage/v1/exports/:folder/export.json', async (c) => {
-    const key = `exports/${c.req.param('folder')}/export.json`
-    if (!EXPORT_KEY_PATTERN.test(key)) return problem(404, 'No such export.')
-    const expires = Number(c.req.query('expires'))
-    const expected = await hmacHex(await signingKey, localExportCanonical(key, expires))
-    if (!sameHex(expected, c.req.query('signature') ?? '')) return problem(403, 'The download signature does not match.')
-    if (!(expires * 1000 > Date.now())) return problem(403, 'The download URL has expired; ask for a new export.')
-    const path = exportPathOf(key)
-    const info = await stat(path).catch(() => null)
-    if (!info) return problem(404, 'No such export: it expired or was deleted.')
-    return new Response(Readable.toWeb(createReadStream(path)) as ReadableStream, {
-      headers: {
-        'content-type': 'application/json',
-        'content-length': String(info.size),
-        'content-disposition': 'attachment; filename="todo-export.json"',
-        'x-content-type-options': 'nosniff',
-        'cache-control': 'private, no-store',
-      },
-    })
-  })
-
   return {
     routes,
 
@@ -265,11 +242,22 @@ export function localStorage(options: LocalStorageOptions): LocalStorage {
       }
     },
 
-    async signExportDownload(key, expiresAt) {
-      const expires = Math.floor(expiresAt.getTime() / 1000)
-      const signature = await hmacHex(await signingKey, localExportCanonical(key, expires))
-      const query = new URLSearchParams({ expires: String(expires), signature })
-      return `${options.publicUrl}/storage/v1/${key}?${query}`
+    async exportResponse(key) {
+      // The API found the export live (GET /exports/{key}); the archive itself, always a download,
+      // never rendered on the API's origin.
+      if (!EXPORT_KEY_PATTERN.test(key)) return problem(404, 'No such export: it expired or was deleted.')
+      const path = exportPathOf(key)
+      const info = await stat(path).catch(() => null)
+      if (!info) return problem(404, 'No such export: it expired or was deleted.')
+      return new Response(Readable.toWeb(createReadStream(path)) as ReadableStream, {
+        headers: {
+          'content-type': 'application/json',
+          'content-length': String(info.size),
+          'content-disposition': 'attachment; filename="todo-export.json"',
+          'x-content-type-options': 'nosniff',
+          'cache-control': 'private, no-store',
+        },
+      })
     },
 
     async signUpload(upload) {

@@ -6,6 +6,7 @@
 import { createHash } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
+import { decodeJwt } from 'jose'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { honouredTokenIds } from '../local/realtime/authorize.ts'
 import type { SupabaseClient } from '@supabase/supabase-js'
@@ -51,9 +52,17 @@ afterAll(async () => {
   await world.close()
 })
 
+/** The id of an API key (app.api_keys.id), as deletion-requests names it. */
+async function keyIdOf(apiKey: string): Promise<string> {
+  const [key] = await world.sql`select id from app.api_keys where key_hash = sha256(convert_to(${apiKey}, 'UTF8'))`
+  return key!.id
+}
+
 describe('DELETE /v1/account', () => {
+  let ivy: CreatedUser
+
   it('204 and a pending request; 422 while pending; 403 for a read-only key or a token without write; the account keeps working', async () => {
-    const ivy = await world.createUser('ivy')
+    ivy = await world.createUser('ivy')
     const readOnly = await world.delete('/v1/account', { auth: ivy.read_only_api_key })
     expect(readOnly.status).toBe(403)
     expect(readOnly.body).toEqual({ error: 'This API key is read-only.' })
@@ -65,7 +74,7 @@ describe('DELETE /v1/account', () => {
     const asked = await world.delete('/v1/account', { auth: ivy.api_key })
     expect(asked.status).toBe(204)
     expect(asked.text).toBe('')
-    const again = await world.delete('/v1/account', { auth: await world.token('ivy', 'write') })
+    const again = await world.delete('/v1/account', { auth: await world.token('ivy', 'write', { firstParty: true }) })
     expect(again.status).toBe(422)
     expect(again.body).toEqual({ error: 'Your account’s deletion is already requested and waiting for review.'.replace('’', "'") })
 
@@ -79,8 +88,8 @@ describe('DELETE /v1/account', () => {
     expect((await world.delete('/v1/account', { auth: jo.api_key })).status).toBe(204)
     const queue = await world.admin('deletion-requests')
     expect(queue.data).toEqual([
-      { user: 'ivy', id: expect.stringMatching(/^user_/), requested_at: expect.any(String) },
-      { user: 'jo', id: jo.id, requested_at: expect.any(String) },
+      { user: 'ivy', id: ivy.id, requested_at: expect.any(String), requested_by: { kind: 'api_key', api_key_id: await keyIdOf(ivy.api_key) } },
+      { user: 'jo', id: jo.id, requested_at: expect.any(String), requested_by: { kind: 'api_key', api_key_id: await keyIdOf(jo.api_key) } },
     ])
     expect(Date.parse(queue.data[0].requested_at)).toBeLessThanOrEqual(Date.parse(queue.data[1].requested_at))
 
@@ -91,6 +100,52 @@ describe('DELETE /v1/account', () => {
     expect((await world.get('/v1/users/me', { auth: jo.api_key })).status).toBe(200)
     expect((await world.delete('/v1/account', { auth: jo.api_key })).status).toBe(204)
     expect(await world.admin('reject-deletion', '--user', jo.id)).toEqual({ user: 'jo', rejected: true })
+  })
+
+  it('a third-party app with write: 403, and nothing is recorded; our own app’s token: 204, recorded with its client_id', async () => {
+    const kim = await world.createUser('kim')
+    // Every scope there is, from an app that is not ours (chat-approved or not).
+    for (const client of [{}, { chat: true }]) {
+      const refused = await world.delete('/v1/account', { auth: await world.token('kim', 'public write billing notifications chat', client) })
+      expect(refused.status).toBe(403)
+      expect(refused.body).toEqual({ error: "Only you can ask for your account's deletion: with your API key or our own app, not a third-party app." })
+    }
+    expect((await world.admin('deletion-requests')).data.map((r: { user: string }) => r.user)).not.toContain('kim')
+    // Our own app, but without write: 403 as for any write.
+    const reader = await world.delete('/v1/account', { auth: await world.token('kim', 'public', { firstParty: true }) })
+    expect(reader.status).toBe(403)
+    expect(reader.body).toEqual({ error: 'This access token lacks the write scope.' })
+
+    const token = await world.token('kim', 'public write', { firstParty: true })
+    const clientId = decodeJwt(token).client_id
+    expect(clientId).toEqual(expect.any(String))
+    expect((await world.delete('/v1/account', { auth: token })).status).toBe(204)
+    const [row] = (await world.admin('deletion-requests')).data.filter((r: { user: string }) => r.user === 'kim')
+    expect(row).toEqual({ user: 'kim', id: kim.id, requested_at: expect.any(String), requested_by: { kind: 'oauth', client_id: clientId } })
+
+    // Asked again with another credential while pending: 422, and the record still names what asked first.
+    expect((await world.delete('/v1/account', { auth: kim.api_key })).status).toBe(422)
+    const [still] = (await world.admin('deletion-requests')).data.filter((r: { user: string }) => r.user === 'kim')
+    expect(still).toEqual(row)
+    expect(await world.admin('reject-deletion', '--user', 'kim')).toEqual({ user: 'kim', rejected: true })
+  })
+
+  it('the record cannot be written by the member: requested_by is not theirs to set, and only the request’s own credential fills it', async () => {
+    const [grant] = await world.sql`
+      select has_column_privilege('authenticated', 'app.account_deletion_requests', 'requested_by', 'insert') as insert_by,
+             has_column_privilege('authenticated', 'app.account_deletion_requests', 'requested_by', 'update') as update_by,
+             has_column_privilege('authenticated', 'app.account_deletion_requests', 'requested_at', 'insert') as insert_at`
+    expect(grant).toEqual({ insert_by: false, update_by: false, insert_at: false })
+  })
+
+  it('a request made before requests were recorded shows requested_by null', async () => {
+    const old = await world.createUser('old_timer')
+    // As the migration left the rows of pending requests: no claims, so no credential to name.
+    await world.sql`insert into app.account_deletion_requests (user_id, requested_at)
+                    values (app.from_public_id('user', ${old.id}), now() - interval '1 day')`
+    const [row] = (await world.admin('deletion-requests')).data.filter((r: { user: string }) => r.user === 'old_timer')
+    expect(row).toEqual({ user: 'old_timer', id: old.id, requested_at: expect.any(String), requested_by: null })
+    expect(await world.admin('reject-deletion', '--user', 'old_timer')).toEqual({ user: 'old_timer', rejected: true })
   })
 })
 
@@ -274,9 +329,15 @@ describe('approve-deletion', () => {
     const early = await fetch(`${world.baseUrl}/files/${seen.fileKey}`)
     expect(early.status).toBe(404)
     expect(await early.text()).not.toContain('notes')
+    // Her export's link too, at once (issue 25): its archive is still on disk until the worker runs.
+    const [archiveKey] = (await world.sql`select key from app.file_deletions where key like 'exports/%'`).map((r) => r.key as string)
+    expect(existsSync(join(world.storageDir, ...archiveKey!.split('/')))).toBe(true)
+    const archive = await fetch(localUrl(seen.export.url), { redirect: 'manual' })
+    expect(archive.status).toBe(404)
+    expect(await archive.text()).not.toContain('lea')
     await world.maintain()
     expect((await fetch(`${world.baseUrl}/files/${seen.fileKey}`)).status).toBe(404)
-    expect((await fetch(seen.export.url)).status).toBe(404)
+    expect((await fetch(localUrl(seen.export.url))).status).toBe(404)
   })
 
   it('her realtime history is gone, and Bob’s inbox was told its new unread count', async () => {

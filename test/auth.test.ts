@@ -35,6 +35,23 @@ describe('API keys', () => {
     expect(invalidQuery.status).toBe(403)
   })
 
+  it('an OAuth access token in the api_key query parameter: 403, valid or not, with or without a good header; never in a URL', async () => {
+    const token = await world.token('alice', 'public write', { firstParty: true })
+    expect((await world.get('/v1/users/me', { auth: token })).status).toBe(200)
+    for (const [path, auth] of [
+      [`/v1/users/me?api_key=${token}`, undefined],
+      [`/v1/users/me?api_key=${token}`, alice.api_key],
+      [`/v1/users/me?api_key=${token}`, token],
+      ['/v1/users/me?api_key=not-a-token', alice.api_key],
+      [`/v1/todos?api_key=${token}`, undefined],
+    ] as const) {
+      const res = await world.request(path.startsWith('/v1/todos') ? 'POST' : 'GET', path, { auth, json: path.startsWith('/v1/todos') ? { body: 'via the url' } : undefined })
+      expect(res.status, path).toBe(403)
+      expect(res.body).toEqual({ error: 'Only API keys may be sent in the api_key query parameter; send an OAuth access token in the Authorization header.' })
+    }
+    expect((await world.get('/v1/users/me/todos', { auth: alice.api_key })).body.data.map((t: { body: string }) => t.body)).not.toContain('via the url')
+  })
+
   it('403 without any credential', async () => {
     const res = await world.get('/v1/users/me')
     expect(res.status).toBe(403)

@@ -68,7 +68,9 @@ describe('operator CLI', () => {
     expect((await world.delete('/v1/account', { auth: una.api_key })).status).toBe(204)
     const queue = await runCli(['deletion-requests'], env)
     expect(queue.code, queue.stderr).toBe(0)
-    expect(onlyJson(queue.stdout)).toEqual({ data: [{ user: 'una', id: una.id, requested_at: expect.any(String) }] })
+    expect(onlyJson(queue.stdout)).toEqual({
+      data: [{ user: 'una', id: una.id, requested_at: expect.any(String), requested_by: { kind: 'api_key', api_key_id: expect.stringMatching(/^[0-9a-f-]{36}$/) } }],
+    })
     const refused = await runCli(['approve-deletion', '--user', 'vic'], env)
     expect(refused.code).not.toBe(0)
     expect(JSON.parse(refused.stderr.trim())).toEqual({ error: 'vic has not asked for their account to be deleted' })

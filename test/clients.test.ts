@@ -253,14 +253,20 @@ describe('request ids and the access log', () => {
     const up = await upload(alice, file, 'text/plain', 'private.txt')
     expect((await raw(`/files/${up.key}`)).status).toBe(200)
     const archive = '/storage/v1/exports/0123456789abcdef0123456789abcdef/export.json?expires=1&signature=00'
-    expect((await raw(archive)).status).toBe(403)
+    expect((await raw(archive)).status).toBe(404)
+    // An archive's link: its key goes, an export's id (not a capability) stays.
+    expect((await raw('/exports/fedcba9876543210fedcba9876543210/export.json')).status).toBe(404)
+    expect((await raw('/v1/exports/exp_00000000000000000000000000000000')).status).toBe(403)
     const log = world.accessLog.join('\n')
     const [folder] = up.key.split('/')
     expect(log).not.toContain(folder)
     expect(log).not.toContain('0123456789abcdef0123456789abcdef')
     expect(log).toMatch(/^PUT \/storage\/v1\/uploads\/\[redacted\]\?size=\d+&expires=\d+&signature=\[redacted\] 200 /m)
     expect(log).toMatch(/^GET \/files\/\[redacted\] 200 /m)
-    expect(log).toMatch(/^GET \/storage\/v1\/exports\/\[redacted\]\?expires=1&signature=\[redacted\] 403 /m)
+    expect(log).toMatch(/^GET \/storage\/v1\/exports\/\[redacted\]\?expires=1&signature=\[redacted\] 404 /m)
+    expect(log).not.toContain('fedcba9876543210fedcba9876543210')
+    expect(log).toMatch(/^GET \/exports\/\[redacted\] 404 /m)
+    expect(log).toMatch(/^GET \/v1\/exports\/exp_00000000000000000000000000000000 403 /m)
   })
 
   it('makes an id when the client sends none or an unusable one', async () => {

@@ -1,6 +1,6 @@
 // Data exports (issue 17, item 3) and the billing scope (item 4), over real HTTP on a real
-// PostgreSQL: request, progress, the worker (leases, retries, giving up), download of the signed
-// URL and the archive's contents, the limits, and a 20,000-todo account exported in bounded pages.
+// PostgreSQL: request, progress, the worker (leases, retries, giving up), download of the
+// export's URL and the archive's contents, the limits, and a 20,000-todo account exported in bounded pages.
 import { createHash } from 'node:crypto'
 import { existsSync, readdirSync } from 'node:fs'
 import { dirname, join } from 'node:path'
@@ -32,7 +32,7 @@ async function uploadText(user: CreatedUser, text: string) {
 }
 
 async function download(url: string) {
-  const response = await fetch(url)
+  const response = await fetch(localUrl(url), { redirect: 'manual' })
   return { status: response.status, headers: response.headers, text: await response.text() }
 }
 
@@ -98,7 +98,7 @@ describe('POST /v1/exports, the worker and the archive', () => {
     expect((await world.get(`/v1/exports/${exportId}`, { auth: ours })).body).toMatchObject({ id: exportId, status: 'pending' })
   })
 
-  it('the worker writes the archive; GET shows ready with a signed url valid 24 hours; the download is the member’s own data', async () => {
+  it('the worker writes the archive; GET shows ready with a download url valid 24 hours; the download is the member’s own data', async () => {
     const pending = await world.get(`/v1/exports/${exportId}`, { auth: alice.api_key })
     expect(pending.body).toMatchObject({ status: 'pending', completed_at: null, url: null })
 
@@ -111,7 +111,8 @@ describe('POST /v1/exports, the worker and the archive', () => {
 
     const ready = await world.get(`/v1/exports/${exportId}`, { auth: alice.api_key })
     expect(ready.status).toBe(200)
-    expect(ready.body).toMatchObject({ id: exportId, status: 'ready', url: expect.stringMatching(/^http/), byte_size: expect.any(Number) })
+    // Served by the API ({base_url}), which checks the export on every download (issue 25).
+    expect(ready.body).toMatchObject({ id: exportId, status: 'ready', url: expect.stringMatching(/^http:\/\/api\.test\/exports\/[0-9a-f]{32}\/export\.json$/), byte_size: expect.any(Number) })
     const window = Date.parse(ready.body.expires_at) - Date.parse(ready.body.completed_at)
     expect(Math.abs(window - 24 * 3600 * 1000)).toBeLessThan(5_000)
 
@@ -144,10 +145,25 @@ describe('POST /v1/exports, the worker and the archive', () => {
     // Nothing of Bob's own data: his todo is not in Alice's archive.
     expect(file.text).not.toContain('bob did a thing')
 
-    // A wrong signature, or an altered expiry, is refused.
-    const tampered = new URL(ready.body.url)
-    tampered.searchParams.set('expires', String(Number(tampered.searchParams.get('expires')) + 3600))
-    expect((await download(tampered.toString())).status).toBe(403)
+    // Another key (128 random bits: the link is the capability) is no archive, and says nothing more.
+    const guessed = await download(ready.body.url.replace(/[0-9a-f]{32}/, '0'.repeat(32)))
+    expect(guessed.status).toBe(404)
+    expect(JSON.parse(guessed.text)).toEqual({ error: 'No such export: it expired or was deleted.' })
+    expect((await download(ready.body.url.replace('/export.json', '/other.json'))).status).toBe(404)
+  })
+
+  it('the link works only while the export does: a removed export’s archive is not served a moment longer, though still on disk (issue 25)', async () => {
+    const lou = await world.createUser('lou')
+    await world.runExports() // nothing else pending
+    const created = await world.post('/v1/exports', { auth: lou.api_key })
+    expect((await world.runExports()).ready).toBe(1)
+    const ready = await world.get(`/v1/exports/${created.body.id}`, { auth: lou.api_key })
+    expect((await download(ready.body.url)).status).toBe(200)
+    const [row] = await world.sql`select file_key from app.exports where id = app.from_public_id('exp', ${created.body.id})`
+    // The window closed (expires_at passed) before the worker's next pass: not served.
+    await world.sql`update app.exports set expires_at = now() - interval '1 second' where id = app.from_public_id('exp', ${created.body.id})`
+    expect((await download(ready.body.url)).status).toBe(404)
+    expect(existsSync(join(world.storageDir, ...row!.file_key.split('/')))).toBe(true)
   })
 
   it('lists your exports newest first; a new one may start once the last finished', async () => {
@@ -221,7 +237,7 @@ describe('the worker claims with a lease', () => {
         await body.getReader().read()
         throw new Error('the disk is full')
       },
-      signExportDownload: async () => 'unused',
+      exportResponse: async () => new Response(null, { status: 404 }),
     }
     const run = await runExports(world.sql, failing, { publicUrl: 'http://api.test' })
     expect(run).toMatchObject({ ready: 0, retrying: 1 })
@@ -405,7 +421,7 @@ describe('POST /internal/exports (Supabase Cron)', () => {
 })
 
 describe('the Supabase Storage adapter', () => {
-  it('streams the archive to the exports bucket, signs a 24-hour download, and deletes archives there', async () => {
+  it('streams the archive to the exports bucket, answers a download with a one-minute signed link, and deletes archives there', async () => {
     const seen: { method?: string; url?: string; auth?: string; type?: string; body: string }[] = []
     const fake = createServer((req, res) => {
       const chunks: Buffer[] = []
@@ -433,10 +449,14 @@ describe('the Supabase Storage adapter', () => {
       expect(await storage.writeExport!(key, body)).toBe('{"todos":[{"id":1},{"id":2}]}'.length)
       expect(seen[0]).toMatchObject({ method: 'POST', url: `/storage/v1/object/exports/${'a'.repeat(32)}/export.json`, auth: 'Bearer service-key', type: 'application/json', body: '{"todos":[{"id":1},{"id":2}]}' })
 
-      const url = await storage.signExportDownload!(key, new Date(Date.now() + 24 * 3600 * 1000))
-      expect(url).toBe(`http://127.0.0.1:${port}/storage/v1/object/sign/exports/abc/export.json?token=d0wn&download=todo-export.json`)
+      // A download (GET /exports/{key}, once the API found the export live) is a redirect to a
+      // link signed for a minute, never one that outlives the export by a day.
+      const answer = await storage.exportResponse!(key)
+      expect(answer.status).toBe(302)
+      expect(answer.headers.get('location')).toBe(`http://127.0.0.1:${port}/storage/v1/object/sign/exports/abc/export.json?token=d0wn&download=todo-export.json`)
+      expect(answer.headers.get('cache-control')).toBe('no-store')
       expect(seen[1]).toMatchObject({ method: 'POST', url: `/storage/v1/object/sign/exports/${'a'.repeat(32)}/export.json` })
-      expect(Math.abs(JSON.parse(seen[1]!.body).expiresIn - 86400)).toBeLessThanOrEqual(2)
+      expect(JSON.parse(seen[1]!.body)).toEqual({ expiresIn: 60 })
 
       await storage.deleteFiles([key, 'abc/f.png'])
       const deletions = seen.filter((r) => r.method === 'DELETE')

@@ -32,6 +32,21 @@ describe('errors are JSON with a sentence', () => {
     expect((await world.post('/v1/projects', { auth: alice.api_key })).status).toBe(405)
   })
 
+  it('/internal/* without the worker secret is 404 whatever the method: a stranger cannot tell a worker route from nothing (issue 25)', async () => {
+    const paths = ['/internal/maintenance', '/internal/webhooks', '/internal/exports', '/internal/push', '/internal/nothing']
+    for (const path of paths) {
+      for (const method of ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']) {
+        for (const auth of [undefined, 'wrong-secret', alice.api_key]) {
+          const res = await world.request(method, path, { auth })
+          const cell = `${method} ${path} ${auth ?? 'without a credential'}`
+          expect(res.status, cell).toBe(404)
+          expect(res.headers.get('allow'), cell).toBeNull()
+          if (method !== 'HEAD') expect(res.body, cell).toEqual({ error: `No route matches ${method} ${path}.` })
+        }
+      }
+    }
+  })
+
   it('400 for malformed JSON', async () => {
     const res = await world.patch('/v1/users/me', {
       auth: alice.api_key,
@@ -148,6 +163,7 @@ describe('OpenAPI and docs', () => {
     ['/todos/987654', 404, /^text\/html/],
     ['/projects/no-such-project', 404, /^text\/html/],
     ['/files/00000000000000000000000000000000/none.png', 404, /^application\/json/],
+    ['/exports/00000000000000000000000000000000/export.json', 404, /^application\/json/],
   ] as const)('GET %s answers %i without a credential', async (path, status, type) => {
     const res = await fetch(world.baseUrl + path)
     expect(res.status).toBe(status)

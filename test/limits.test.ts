@@ -2,7 +2,7 @@
 // to the request's statement, capped full-text queries, a body limit checked before anything
 // is parsed, capped arrays, and no validation details for a credential that does not exist.
 import { connect } from 'node:net'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { callApi } from '../functions/lib/db.ts'
 import { sha256Hex } from '../functions/lib/tokens.ts'
 import { DEFAULT_STATEMENT_TIMEOUT_MS, createSql, statementTimeoutFrom } from '../functions/lib/sql.ts'
@@ -155,6 +155,53 @@ describe('the body limit', () => {
   it('reads a body under the limit as before', async () => {
     const res = await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'shipped', padding: 'x'.repeat(900 * 1024) } })
     expect(res.status).toBe(201)
+  })
+})
+
+describe('a client that hangs up mid-body (issue 25)', () => {
+  /** Sends the head and part of a body, then destroys the socket; resolves to the access-log line of that request. */
+  async function hangUp(head: string[], part: string): Promise<string> {
+    const id = `hangup-${Math.random().toString(36).slice(2)}`
+    const url = new URL(world.baseUrl)
+    const socket = connect(Number(url.port), url.hostname)
+    socket.on('error', () => {})
+    await new Promise((resolve) => socket.once('connect', resolve))
+    socket.write([...head, `host: ${url.host}`, `x-request-id: ${id}`, '', part].join('\r\n'))
+    // Time for the server to start reading the body (it answers nothing before the body ends).
+    await new Promise((resolve) => setTimeout(resolve, 500))
+    socket.destroy()
+    const deadline = Date.now() + 20_000
+    for (;;) {
+      const line = world.accessLog.find((l) => l.endsWith(`id=${id}`))
+      if (line) return line
+      if (Date.now() > deadline) throw new Error(`no access-log line for ${id}`)
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+  }
+
+  it('is no lost database: 400 in the access log, never 503, and no "database unavailable" line (JSON, chunked, form, OAuth)', async () => {
+    const hana = await world.createUser('hana')
+    const logged = vi.spyOn(console, 'error').mockImplementation(() => {})
+    try {
+      const auth = `authorization: Bearer ${hana.api_key}`
+      const cases: [string[], string][] = [
+        [['POST /v1/todos HTTP/1.1', auth, 'content-type: application/json', 'transfer-encoding: chunked'], '9\r\n{"body":"h\r\n'],
+        [['POST /v1/todos HTTP/1.1', auth, 'content-type: application/json', 'content-length: 100'], '{"body":"h'],
+        [['POST /v1/todos HTTP/1.1', auth, 'content-type: application/x-www-form-urlencoded', 'content-length: 100'], 'body=h'],
+        [['PATCH /v1/users/me HTTP/1.1', auth, 'content-type: application/json', 'transfer-encoding: chunked'], '5\r\n{"bio\r\n'],
+        [['POST /oauth/token HTTP/1.1', 'content-type: application/x-www-form-urlencoded', 'content-length: 100'], 'grant_type=auth'],
+        [['POST /oauth/token HTTP/1.1', 'content-type: application/x-www-form-urlencoded', 'transfer-encoding: chunked'], '4\r\ngran\r\n'],
+      ]
+      for (const [head, part] of cases) {
+        const line = await hangUp(head, part)
+        expect(line, head.join(' | ')).toMatch(/^(POST|PATCH) \S+ 400 /)
+      }
+      expect(logged.mock.calls.map((args) => args.map(String).join(' '))).toEqual([])
+    } finally {
+      logged.mockRestore()
+    }
+    // Nothing of the cut requests was written.
+    expect((await world.get('/v1/users/me/todos', { auth: hana.api_key })).body.data).toEqual([])
   })
 })
 

@@ -484,6 +484,31 @@ describe('the authorization endpoint', () => {
     expect(new URL(answer.headers.get('location')!).searchParams.get('state')).toBe(state)
   })
 
+  it('every page limits where its forms may post (CSP form-action): our own pages, then only the app’s registered redirect_uri (issue 25)', async () => {
+    const policy = (res: Response) => res.headers.get('content-security-policy') ?? ''
+    const formAction = (res: Response) => /(?:^|;)\s*form-action ([^;]*)/.exec(policy(res))?.[1]?.trim()
+    const native = 'com.example.todo:/oauth/callback'
+    const loopback = 'http://127.0.0.1:49152/callback'
+    const registered: Registered = await world.admin('create-oauth-client', '--name', 'Many', '--redirect-uri', REDIRECT, '--redirect-uri', native, '--redirect-uri', loopback)
+    const cases: [string, string][] = [[REDIRECT, "'self' https://app.example"], [native, "'self' com.example.todo:"], [loopback, "'self' http://127.0.0.1:49152"]]
+    for (const [redirectUri, expected] of cases) {
+      const params = { client_id: registered.client_id, redirect_uri: redirectUri, scope: 'public write' }
+      // The consent page (signed in): its form posts here and ends at the app's redirect_uri.
+      const consentPage = await agent.get(`/oauth/authorize?${authorizeQuery(params)}`)
+      expect(consentPage.status).toBe(200)
+      expect(formAction(consentPage), redirectUri).toBe(expected)
+      // The sign-in page (a stranger): its form posts here, comes back to authorize, and may end there too.
+      const signInPage = await browserless(world.baseUrl).get(`/oauth/authorize?${authorizeQuery(params)}`)
+      expect(await signInPage.text()).toContain('One-time sign-in code')
+      expect(formAction(signInPage), redirectUri).toBe(expected)
+    }
+    // A page without a form (an error) allows none.
+    const error = await agent.get(`/oauth/authorize?${authorizeQuery({ client_id: registered.client_id, redirect_uri: 'https://evil.example/cb' })}`)
+    expect(error.status).toBe(400)
+    expect(formAction(error)).toBe("'none'")
+    expect(policy(error)).toContain("default-src 'none'")
+  })
+
   it('the consent form is CSRF-protected: no token, a wrong one, another session’s, or a foreign Origin get 403 and no redirect', async () => {
     const registered = await register()
     const params = { client_id: registered.client_id, redirect_uri: REDIRECT, scope: 'public write' }

@@ -11,7 +11,7 @@ export const ExportSchema = z.object({
   completed_at: z.string().datetime({ offset: true }).nullable().openapi({ description: 'When it became ready or failed.' }),
   expires_at: z.string().datetime({ offset: true }).nullable().openapi({ description: 'When `url` stops working and the archive is deleted: 24 hours after completion.' }),
   byte_size: z.number().int().nullable().openapi({ description: 'Size of the archive once ready.' }),
-  url: z.string().nullable().openapi({ description: 'Signed download link of the archive (an ExportArchive, JSON), while ready and before expires_at; null otherwise.' }),
+  url: z.string().nullable().openapi({ description: 'Download link of the archive (an ExportArchive, JSON), while ready and before expires_at; null otherwise. The link is the capability (no credential needed) and works only while the export does: not after expires_at, nor once the account is deleted.' }),
 }).openapi('Export')
 
 const Attachment = z.object({

@@ -9,10 +9,20 @@ import { ApiError } from './errors.ts'
 import { inTurn } from './respond.ts'
 import { API_KEY_PREFIX, sha256Hex, verifyAccessToken } from './tokens.ts'
 
-/** The query parameter wins over the header when both are sent (SPEC rule 2). */
+/**
+ * The query parameter wins over the header when both are sent (SPEC rule 2). It takes API keys
+ * only: an OAuth access token there is refused, not read, because a URL ends up in browser
+ * history, proxies' logs and Referer headers, and a token (unlike a key) is handed to apps that
+ * should never learn to put it there.
+ */
 function presentedSecret(url: URL, authorization: string | undefined): string | null {
   const fromQuery = url.searchParams.get('api_key')
-  if (fromQuery) return fromQuery
+  if (fromQuery) {
+    if (!fromQuery.startsWith(API_KEY_PREFIX)) {
+      throw new ApiError(403, 'Only API keys may be sent in the api_key query parameter; send an OAuth access token in the Authorization header.')
+    }
+    return fromQuery
+  }
   const match = authorization?.match(/^Bearer\s+(\S+)\s*$/i)
   return match?.[1] ?? null
 }

@@ -88,6 +88,32 @@ function databaseFailure(err: unknown): 'not-applied' | 'outcome-unknown' | null
   return OUTCOME_UNKNOWN_SOCKET_CODES.has(code) ? 'outcome-unknown' : null
 }
 
+/** Codes postgres.js (and callApi) give the errors of its connections, beside the socket's own (which name their syscall). */
+const DRIVER_CODES = new Set(['CONNECT_TIMEOUT', 'CONNECTION_ENDED', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', NO_RESULT_ROW])
+
+/** Whether an error comes from the database or its connection: PostgreSQL's answer, a socket error of postgres.js, or its own codes. */
+function fromDatabase(err: unknown): boolean {
+  if (isPostgresError(err)) return true
+  if (typeof err !== 'object' || err === null) return false
+  const { code, syscall } = err as { code?: unknown; syscall?: unknown }
+  return typeof syscall === 'string' || (typeof code === 'string' && DRIVER_CODES.has(code))
+}
+
+export const CLIENT_HUNG_UP_MESSAGE = 'The request did not arrive whole: the client closed the connection before sending all of it.'
+
+/**
+ * Whether the client went away before its request was read: it hung up mid-body. Reading the
+ * body then fails with the HTTP connection's error (on Node, ECONNRESET "aborted", a code the
+ * database's socket errors share), which is neither a lost database nor our bug: it is answered
+ * 400 (to nobody; the access log keeps it) and logged as nothing else. Known by the request's own
+ * signal, which Node's server and Deno.serve abort when the client's connection closes, and an
+ * error that did not come from the database (a lost database at the same moment is still one).
+ */
+export function clientHungUp(err: unknown, request: Request): boolean {
+  // An ApiError is an answer we chose (a 403 before the body was read): it stays what it is.
+  return request.signal.aborted && !(err instanceof ApiError) && !fromDatabase(err)
+}
+
 /** Whether an error says the database is out of reach or was lost (see databaseFailure), not that the request was wrong. */
 export function isDatabaseUnavailable(err: unknown): boolean {
   return databaseFailure(err) !== null
@@ -177,6 +203,9 @@ export async function errorResponse(
   upgradeUrl: string,
   beforeInputError?: () => Promise<void>,
 ): Promise<Response> {
+  // A client that hung up mid-body: nothing to log, nothing to ask the database, and nobody to
+  // answer (the access log keeps the 400).
+  if (clientHungUp(err, c.req.raw)) return c.json({ error: CLIENT_HUNG_UP_MESSAGE }, 400)
   if (beforeInputError && isInputError(err)) {
     try {
       await beforeInputError()

@@ -1,8 +1,9 @@
 // The export worker, the same on both platforms: claims a pending export with a lease
 // (app.claim_export), pages through the member's data with keyset queries (app.export_page,
 // EXPORT_PAGE_SIZE rows at a time) and streams the JSON archive to storage as it goes, so an
-// account with tens of thousands of todos is exported in bounded memory. Then it signs a
-// download URL valid for 24 hours and marks the export ready. A worker that dies leaves its
+// account with tens of thousands of todos is exported in bounded memory. Then it marks the
+// export ready for 24 hours: the API serves the archive at {base_url}/exports/{key} while the
+// export is live (functions/exports/exports.ts). A worker that dies leaves its
 // export running with a lease that runs out; the next claim takes it again (at most
 // EXPORT_MAX_ATTEMPTS attempts, then `failed`). `npm start` runs it on a timer and after each
 // POST /v1/exports; on Supabase, Cron calls POST /internal/exports.
@@ -11,7 +12,7 @@ import { type FileStorage, exportKey } from './storage.ts'
 
 /** Rows per page of a section: what the worker holds of the data at any moment. */
 export const EXPORT_PAGE_SIZE = 500
-/** How long the signed download URL (and the archive) lasts. */
+/** How long the download link (and the archive) lasts. */
 export const EXPORT_DOWNLOAD_SECONDS = 24 * 60 * 60
 /** Attempts before an export is given up as failed. */
 export const EXPORT_MAX_ATTEMPTS = 3
@@ -66,7 +67,7 @@ export async function runExports(sql: Sql, storage: FileStorage, options: Export
   const result: ExportRunResult = { ready: 0, retrying: 0, failed: 0, expired: 0, pages: 0, largestPage: 0 }
   const [expired] = await sql`select app.expire_exports() as n`
   result.expired = Number(expired?.n ?? 0)
-  if (!storage.writeExport || !storage.signExportDownload) return result
+  if (!storage.writeExport || !storage.exportResponse) return result
 
   while (Date.now() < deadline) {
     const [claimed] = await sql<Claimed[]>`
@@ -79,10 +80,10 @@ export async function runExports(sql: Sql, storage: FileStorage, options: Export
     if (!started?.ok) continue // another worker took it over already
     try {
       const size = await storage.writeExport(key, archive(sql, claimed, pageSize, leaseSeconds, options.publicUrl, result))
+      // Downloadable at {base_url}/{key} until then (app.export_json), checked on every download.
       const expiresAt = new Date(Date.now() + EXPORT_DOWNLOAD_SECONDS * 1000)
-      const url = await storage.signExportDownload(key, expiresAt)
       const [done] = await sql`
-        select app.complete_export(${claimed.export_id}::uuid, ${claimed.claim}::uuid, ${key}, ${size}::bigint, ${url}, ${expiresAt}::timestamptz) as ok`
+        select app.complete_export(${claimed.export_id}::uuid, ${claimed.claim}::uuid, ${key}, ${size}::bigint, ${expiresAt}::timestamptz) as ok`
       if (done?.ok) result.ready++
       else await storage.deleteFiles([key]) // another worker took it over meanwhile
     } catch (err) {

@@ -38,8 +38,12 @@ export interface FileStorage {
    * stream, never holding it whole; resolves to its size in bytes. Absent: exports are off.
    */
   writeExport?(key: string, body: ReadableStream<Uint8Array>): Promise<number>
-  /** A URL that downloads the archive until `expiresAt`, to whoever holds it (the bucket is private). */
-  signExportDownload?(key: string, expiresAt: Date): Promise<string>
+  /**
+   * The answer to GET /exports/{key}, asked only once the API found the export live (ready, within
+   * its 24 hours, its account not deleted): the archive, or a redirect to a link that lasts a
+   * minute (the bucket is private). Never a link of its own that outlives the export.
+   */
+  exportResponse?(key: string): Promise<Response>
 }
 
 /** Keys of export archives: they live in the `exports` bucket; deleteFiles routes them there. */
@@ -48,11 +52,6 @@ export const EXPORT_KEY_PATTERN = /^exports\/[0-9a-f]{32}\/export\.json$/
 /** A new archive key: 128 random bits, so two attempts of one export never share a file. */
 export function exportKey(): string {
   return `exports/${toHex(crypto.getRandomValues(new Uint8Array(16)))}/export.json`
-}
-
-/** What the local storage server's download signature covers: this archive, until then. */
-export function localExportCanonical(key: string, expires: number): string {
-  return ['export', key, String(expires)].join('\n')
 }
 
 const encoder = new TextEncoder()

@@ -7,6 +7,8 @@ import { EXPORT_KEY_PATTERN, type FileStorage, type SignedUpload, type UploadToS
 export const UPLOADS_BUCKET = 'uploads'
 /** Data export archives: private, JSON only (the migration and supabase/config.toml declare it). */
 export const EXPORTS_BUCKET = 'exports'
+/** How long the link an archive's download redirects to stays valid. */
+export const EXPORT_REDIRECT_SECONDS = 60
 
 export interface SupabaseStorageOptions {
   /** https://<ref>.supabase.co */
@@ -83,13 +85,20 @@ export function supabaseStorage(options: SupabaseStorageOptions): FileStorage {
       return counted.bytes()
     },
 
-    async signExportDownload(key: string, expiresAt: Date): Promise<string> {
-      const expiresIn = Math.max(1, Math.floor((expiresAt.getTime() - Date.now()) / 1000))
-      const response = await request(`${base}/object/sign/${exportPath(key)}`, { method: 'POST', headers, body: JSON.stringify({ expiresIn }) })
+    async exportResponse(key: string): Promise<Response> {
+      // Signed per download, for a minute (the API found the export live just now): a link
+      // signed for the archive's 24 hours would outlive its export, its account's deletion among
+      // them, until the storage worker deleted the object.
+      const response = await request(`${base}/object/sign/${exportPath(key)}`, {
+        method: 'POST', headers, body: JSON.stringify({ expiresIn: EXPORT_REDIRECT_SECONDS }),
+      })
+      if (response.status === 400 || response.status === 404) {
+        return new Response(JSON.stringify({ error: 'No such export: it expired or was deleted.' }), { status: 404, headers: { 'content-type': 'application/json' } })
+      }
       if (!response.ok) throw new Error(`Supabase Storage refused to sign an export download: ${response.status} ${await response.text()}`)
       const { signedURL } = (await response.json()) as { signedURL: string }
       // Always a download (Content-Disposition: attachment), never shown on the API's origin.
-      return `${base}${signedURL}&download=todo-export.json`
+      return new Response(null, { status: 302, headers: { location: `${base}${signedURL}&download=todo-export.json`, 'cache-control': 'no-store' } })
     },
 
     async readStart(key: string, bytes: number): Promise<Uint8Array | null> {

@@ -13,9 +13,9 @@ import type { Context } from 'hono'
 import { bodyLimit } from 'hono/body-limit'
 import { jwtVerify } from 'jose'
 import type { AppEnv } from '../lib/context.ts'
-import { RETRY_AFTER_UNAVAILABLE_SECONDS, describeError, isDatabaseUnavailable, unavailableLogLine } from '../lib/errors.ts'
+import { CLIENT_HUNG_UP_MESSAGE, RETRY_AFTER_UNAVAILABLE_SECONDS, clientHungUp, describeError, isDatabaseUnavailable, unavailableLogLine } from '../lib/errors.ts'
 import { randomToken, sha256Hex, signAccessToken, verifyAccessToken } from '../lib/tokens.ts'
-import { PAGE_HEADERS, consentPage, errorPage, signInPage } from './pages.ts'
+import { PAGE_HEADERS, consentPage, errorPage, formActionFor, pageCsp, signInPage } from './pages.ts'
 
 export const SCOPES = ['public', 'write', 'billing', 'notifications', 'chat'] as const
 /**
@@ -186,6 +186,11 @@ function page(c: OAuthContext, html: string, status = 200, extra: Record<string,
   return c.html(html, status as 200, { ...PAGE_HEADERS, ...extra })
 }
 
+/** A page with a form (sign-in, consent) for an authorization request whose redirect_uri was checked: its forms may post here and end there. */
+function formPage(c: OAuthContext, html: string, redirectUri: string, status = 200, extra: Record<string, string> = {}): Response {
+  return page(c, html, status, { ...extra, 'content-security-policy': pageCsp(formActionFor(redirectUri)) })
+}
+
 function cookieValue(c: OAuthContext, name: string): string | null {
   for (const part of (c.req.header('cookie') ?? '').split(';')) {
     const [key, ...rest] = part.trim().split('=')
@@ -295,7 +300,7 @@ async function showAuthorize(c: OAuthContext, params: URLSearchParams, signInErr
   // a registered app could use a bad request (an unknown scope) on our trusted address as a
   // link that bounces strangers straight to its site.
   if (!context.member || signInError) {
-    return page(c, signInPage({ appName: check.client.name, authorize: authorizeQuery(params), error: signInError }), status)
+    return formPage(c, signInPage({ appName: check.client.name, authorize: authorizeQuery(params), error: signInError }), check.redirectUri, status)
   }
   if (check.kind === 'redirect') return redirectTo(c, check.redirectUri, { error: check.error, error_description: check.description, state: check.state })
   const fields: Record<string, string> = {}
@@ -304,7 +309,7 @@ async function showAuthorize(c: OAuthContext, params: URLSearchParams, signInErr
     if (value !== null) fields[name] = value
   }
   const csrf = csrfToken(c.var.deps.jwtSecret, cookieValue(c, sessionCookieName(c))!)
-  return page(c, consentPage({ appName: check.client.name, username: context.member.username, scopes: check.scopes, fields, csrf }))
+  return formPage(c, consentPage({ appName: check.client.name, username: context.member.username, scopes: check.scopes, fields, csrf }), check.redirectUri)
 }
 
 /** A Supabase Auth session (the website's), verified with the project's JWT secret: the member's auth.users id. */
@@ -336,6 +341,11 @@ oauth.use('/oauth/*', bodyLimit({
 // Whatever else fails (a value the database refuses, a bug) is answered in the endpoint's own
 // shape, an error page or RFC 6749 section 5.2, never the /v1 contract's; details only in the log.
 oauth.onError((err, c) => {
+  // A client that hung up mid-body: no lost database, nothing to log (the access log keeps the 400).
+  if (clientHungUp(err, c.req.raw)) {
+    if (isPage(c)) return page(c, errorPage(CLIENT_HUNG_UP_MESSAGE), 400)
+    return oauthError(c, { error: 'invalid_request', error_description: CLIENT_HUNG_UP_MESSAGE })
+  }
   // The database out of reach (a restart): 503, worth retrying (temporarily_unavailable, RFC 6749 section 4.1.2.1).
   if (isDatabaseUnavailable(err)) {
     console.error(unavailableLogLine(err))
@@ -381,7 +391,7 @@ oauth.post('/oauth/login', async (c) => {
     const context = await call<AuthorizeContext>(c, 'app.oauth_authorize_context', [authorize.get('client_id') ?? '', null])
     const check = checkAuthorizeRequest(authorize, context.client)
     if (check.kind === 'page') return page(c, errorPage(check.message), 400)
-    return page(c, signInPage({ appName: check.client.name, authorize: authorizeQuery(authorize), error: result.error_description }), result.status ?? 400, extra)
+    return formPage(c, signInPage({ appName: check.client.name, authorize: authorizeQuery(authorize), error: result.error_description }), check.redirectUri, result.status ?? 400, extra)
   }
   // Back to the authorization request (always our own path: no open redirect), now signed in.
   return c.body(null, 303, { location: `authorize?${authorizeQuery(authorize)}`, 'set-cookie': sessionCookie(c, session, SESSION_SECONDS), 'cache-control': 'no-store' })

@@ -20,6 +20,42 @@ export function escape(text: string): string {
 }
 
 /**
+ * The Content-Security-Policy of a page whose forms may post to `formAction`. form-action also
+ * binds the redirects a form's submission follows (Chromium refuses the navigation otherwise), so
+ * a page whose form ends at the app's redirect_uri must name it too: see formActionFor.
+ */
+export function pageCsp(formAction: string): string {
+  return `default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action ${formAction}`
+}
+
+/** A redirect_uri as a CSP source: its origin (http, https), its scheme (a native app's own, `com.example.app:`), or null. */
+function cspSource(redirectUri: string): string | null {
+  let url: URL
+  try {
+    url = new URL(redirectUri)
+  } catch {
+    return null
+  }
+  if (url.protocol === 'http:' || url.protocol === 'https:') {
+    // Only what a source expression can hold as it is: no space, ';' or ',' (a host the URL
+    // parser lets through otherwise would end the directive and start another).
+    return /^https?:\/\/([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:\d{1,5})?$/.test(url.origin) ? url.origin : null
+  }
+  return /^[a-z][a-z0-9+.-]*:$/.test(url.protocol) ? url.protocol : null
+}
+
+/**
+ * form-action of the sign-in and consent pages: our own endpoints ('self'), and the app's
+ * registered redirect_uri (checked before a page is shown), where the consent form's answer and
+ * a signed-in authorization request end. Nowhere else: markup that got into a page could not
+ * post what the member types (the sign-in code) or the CSRF token to another site.
+ */
+export function formActionFor(redirectUri: string): string {
+  const source = cspSource(redirectUri)
+  return source ? `'self' ${source}` : "'self'"
+}
+
+/**
  * Headers of every page: never cached, never framed, no script runs, never compressed. The
  * consent page carries the CSRF token next to what the request reflects (state, scope, the
  * app's parameters); compressed, its length would tell a network observer how much of a guess
@@ -33,7 +69,8 @@ export const PAGE_HEADERS: Record<string, string> = {
   'x-content-type-options': 'nosniff',
   // same-origin, not no-referrer: with no-referrer Chromium sends `Origin: null` on our own forms.
   'referrer-policy': 'same-origin',
-  'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'",
+  // No form may post anywhere: the pages with one (sign-in, consent) say where theirs may (formActionFor).
+  'content-security-policy': pageCsp("'none'"),
 }
 
 function layout(title: string, body: string): string {

@@ -211,10 +211,12 @@ declare
   first_party boolean := false;
   chat_approved boolean := false;
   may_write boolean;
+  key_id uuid;
+  app_client_id text;
 begin
   if kind = 'api_key' then
-    select k.user_id, k.read_only, u.subscription_active
-      into member_id, read_only, subscribed
+    select k.user_id, k.read_only, u.subscription_active, k.id
+      into member_id, read_only, subscribed, key_id
       from app.api_keys k
       join app.users u on u.id = k.user_id
      where k.key_hash = decode(credential ->> 'key_hash', 'hex');
@@ -223,8 +225,8 @@ begin
     end if;
     granted := case when read_only then array['public'] else array['public', 'write'] end;
   elsif kind = 'oauth' and coalesce(credential ->> 'jti', '') ~ '^[0-9a-f-]{36}$' then
-    select t.user_id, t.scopes, c.first_party, c.chat_enabled, u.subscription_active
-      into member_id, granted, first_party, chat_approved, subscribed
+    select t.user_id, t.scopes, c.first_party, c.chat_enabled, u.subscription_active, c.client_id
+      into member_id, granted, first_party, chat_approved, subscribed, app_client_id
       from app.oauth_tokens t
       join app.oauth_clients c on c.id = t.client_id
       join app.users u on u.id = t.user_id
@@ -290,14 +292,41 @@ begin
     'can_write', may_write,
     'scopes', to_jsonb(granted),
     'first_party', first_party,
-    'chat', chat_approved);
+    'chat', chat_approved,
+    'api_key_id', key_id,
+    'client_id', app_client_id);
 end;
 $$;
 
 
 comment on function app.authenticate(jsonb, text) is
-  'Resolves a credential ({kind: api_key, key_hash} or a verified OAuth JWT payload) into request claims, or raises 403/401. Why in SQL: the key lookup, the revocation check and the subscription check ride in the same statement as the endpoint itself, so a request stays one round trip. Order: unknown credential 403, lapsed subscription 401 (except for billing, which a lapsed account may read), then what the credential may do 403: read (scope public), write (scope write), upload (write, or chat from an approved app), search (public, first-party), notifications, devices (first-party), chat (approved app), export (read-write API key, or write from a first-party app: an archive holds the e-mail address and mutes, which no scope grants), billing (any API key, or scope billing). The HTTP layer also asks it before answering an input error (unknown credentials never see validation details). Security definer: credentials have no policies for members.';
+  'Resolves a credential ({kind: api_key, key_hash} or a verified OAuth JWT payload) into request claims, or raises 403/401. Why in SQL: the key lookup, the revocation check and the subscription check ride in the same statement as the endpoint itself, so a request stays one round trip. Order: unknown credential 403, lapsed subscription 401 (except for billing, which a lapsed account may read), then what the credential may do 403: read (scope public), write (scope write), upload (write, or chat from an approved app), search (public, first-party), notifications, devices (first-party), chat (approved app), export (read-write API key, or write from a first-party app: an archive holds the e-mail address and mutes, which no scope grants), billing (any API key, or scope billing). The claims also name the credential (api_key_id, or the app''s client_id), so a request can record what made it (DELETE /v1/account). The HTTP layer also asks it before answering an input error (unknown credentials never see validation details). Security definer: credentials have no policies for members.';
 grant execute on function app.authenticate(jsonb, text) to service_role;
+
+create function app.request_credential()
+returns jsonb
+language sql
+stable
+as $$
+  select case app.claims() ->> 'kind'
+    when 'api_key' then jsonb_build_object('kind', 'api_key', 'api_key_id', app.claims() -> 'api_key_id')
+    when 'oauth' then jsonb_build_object('kind', 'oauth', 'client_id', app.claims() -> 'client_id')
+  end
+$$;
+comment on function app.request_credential() is
+  'Inlined (no SET clause, no table access). The credential of the current request as a record: the API key''s id, or the OAuth app''s client_id (as app.authenticate named them in the claims); null outside a request. Why: a member''s account deletion must say what asked for it, so the operator can tell the member''s own request from an app''s.';
+grant execute on function app.request_credential() to authenticated;
+
+create function app.credential_is_members_own()
+returns boolean
+language sql
+stable
+as $$
+  select coalesce(app.claims() ->> 'kind' = 'api_key' or (app.claims() ->> 'first_party')::boolean, false)
+$$;
+comment on function app.credential_is_members_own() is
+  'Inlined (no SET clause, no table access). Whether the request comes from the member themselves: one of their API keys, or a token of our own (first-party) app. A third-party app acts for the member only within its scopes, and no scope covers ending the account.';
+grant execute on function app.credential_is_members_own() to authenticated;
 
 -- ============================================================================
 -- Row-level security and grants

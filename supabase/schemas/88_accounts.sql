@@ -19,10 +19,13 @@ set check_function_bodies = off;
 -- ============================================================================
 create table app.account_deletion_requests (
   user_id      uuid primary key references app.users(id) on delete cascade,
-  requested_at timestamptz not null default now()
+  requested_at timestamptz not null default now(),
+  requested_by jsonb default app.request_credential()
 );
 comment on table app.account_deletion_requests is
   'A member''s pending request to have their account deleted (DELETE /v1/account), waiting for the operator''s team: approve-deletion removes the account, reject-deletion removes this row. One per member (the primary key), so it never grows past the member count. Until it is decided the account works as before.';
+comment on column app.account_deletion_requests.requested_by is
+  'What made the request, for the operator''s review: {"kind":"api_key","api_key_id":…} or {"kind":"oauth","client_id":…} (a first-party app: third-party apps may not ask). Filled by its default from the request''s claims; members have no grant on it, so the record is not theirs to write. Not a foreign key: the record outlives a key or an app deleted meanwhile. Null for requests made before it was recorded (the migration that added it had no request to name).';
 -- The operator's queue, oldest first.
 create index account_deletion_requests_requested_at_idx on app.account_deletion_requests (requested_at, user_id);
 
@@ -35,7 +38,6 @@ create table app.exports (
   lease_until  timestamptz,
   file_key     text,
   byte_size    bigint check (byte_size >= 0),
-  download_url text,
   expires_at   timestamptz,
   error        text,
   created_at   timestamptz not null default now(),
@@ -44,15 +46,13 @@ create table app.exports (
   updated_at   timestamptz not null default now()
 );
 comment on table app.exports is
-  'A member''s data export (POST /v1/exports): pending until a worker claims it, running while one writes the archive (claim and lease_until: a worker that dies leaves it to the next once the lease ends), ready with a signed download_url until expires_at (24 h after completion; the archive is deleted then), or failed after three attempts.';
+  'A member''s data export (POST /v1/exports): pending until a worker claims it, running while one writes the archive (claim and lease_until: a worker that dies leaves it to the next once the lease ends), ready with its archive (file_key) downloadable until expires_at (24 h after completion; the archive is deleted then), or failed after three attempts.';
 comment on column app.exports.lease_until is
   'Of a running export: when its worker''s lease ends (then another worker may take it). Of a pending export after a failed attempt: not to be claimed before then.';
 comment on column app.exports.claim is
   'The running attempt''s token: every page and the completion must present it, so a worker whose lease ran out (and whose export another worker took over) cannot write into it.';
 comment on column app.exports.file_key is
   'Storage key of the archive (exports/<128 random bits>/export.json, in the private exports bucket). Recorded when an attempt begins writing it (app.export_file_started), so whatever a worker that died leaves (half an archive, or a whole one never marked ready) is queued in app.file_deletions by the next claim, the failure or the account''s deletion; null before an attempt writes and after the archive expired (queued in app.file_deletions).';
-comment on column app.exports.download_url is
-  'Signed by the worker when the archive is ready, valid until expires_at; shown only to the member, only until then.';
 -- GET /v1/exports: a member's exports, newest first (keyset on created_at, id).
 create index exports_user_id_created_at_idx on app.exports (user_id, created_at desc, id desc);
 -- One export in progress per member, race-free: a second pending or running row is refused.
@@ -61,6 +61,8 @@ create unique index exports_one_in_progress_key on app.exports (user_id) where (
 create index exports_queue_idx on app.exports (created_at, id) where (status in ('pending', 'running'));
 -- Archives to delete once their download window closes.
 create index exports_expires_at_idx on app.exports (expires_at) where (file_key is not null);
+-- GET /exports/{key}: the export an archive belongs to, checked on every download.
+create unique index exports_file_key_key on app.exports (file_key) where (file_key is not null);
 
 -- ============================================================================
 -- Helpers
@@ -78,10 +80,10 @@ as $$
     'completed_at', e.completed_at,
     'expires_at', e.expires_at,
     'byte_size', e.byte_size,
-    'url', case when e.status = 'ready' and e.expires_at > now() then e.download_url end)
+    'url', case when e.status = 'ready' and e.expires_at > now() and e.file_key is not null then app.public_url() || '/' || e.file_key end)
 $$;
 comment on function app.export_json(app.exports) is
-  'An Export as the API renders it to its member: url (the signed download link) only while the export is ready and expires_at has not passed; after that the archive is gone and a new export must be asked for. Stable, not immutable: it reads the clock.';
+  'An Export as the API renders it to its member: url only while the export is ready and expires_at has not passed; after that the archive is gone and a new export must be asked for. The url is {base_url}/exports/<128 random bits>/export.json, served by the API, which finds the export live (ready, unexpired, its account not deleted) on every download: a link stops the moment its export or account goes, not when the storage worker deletes the file. Stable, not immutable: it reads the clock.';
 grant execute on function app.export_json(app.exports) to authenticated;
 
 create function app.claim_export(lease interval, max_attempts integer)
@@ -310,7 +312,7 @@ $$;
 comment on function app.export_file_started(uuid, uuid, text) is
   'Records the archive key an attempt is about to write, before a byte of it is stored: if the worker dies mid-write, the next claim (app.claim_export), the failure (app.fail_export) or the account''s deletion queues it in app.file_deletions, so no partial or orphaned archive stays in storage. Null when the claim is no longer the export''s. Security definer: the worker runs as the database owner; not granted to members.';
 
-create function app.complete_export(export_id uuid, export_claim uuid, key text, size bigint, url text, valid_until timestamptz)
+create function app.complete_export(export_id uuid, export_claim uuid, key text, size bigint, valid_until timestamptz)
 returns boolean
 language sql
 volatile
@@ -318,13 +320,13 @@ security definer
 set search_path = ''
 as $$
   update app.exports e
-     set status = 'ready', file_key = key, byte_size = size, download_url = url, expires_at = valid_until,
+     set status = 'ready', file_key = key, byte_size = size, expires_at = valid_until,
          completed_at = now(), claim = null, lease_until = null, error = null, updated_at = now()
    where e.id = export_id and e.claim = export_claim and e.status = 'running'
   returning true
 $$;
-comment on function app.complete_export(uuid, uuid, text, bigint, text, timestamptz) is
-  'Marks the worker''s export ready with its archive and signed download URL; null (nothing changed) when the claim is no longer the export''s (its lease ended and another worker took it over), in which case the caller deletes the archive it wrote.';
+comment on function app.complete_export(uuid, uuid, text, bigint, timestamptz) is
+  'Marks the worker''s export ready with its archive, downloadable until valid_until; null (nothing changed) when the claim is no longer the export''s (its lease ended and another worker took it over), in which case the caller deletes the archive it wrote.';
 
 create function app.fail_export(export_id uuid, export_claim uuid, reason text, max_attempts integer, retry_after interval)
 returns text
@@ -366,7 +368,7 @@ begin
     where x.file_key is not null and x.expires_at <= now()
     for update skip locked
   ), gone as (
-    update app.exports e set file_key = null, download_url = null, updated_at = now()
+    update app.exports e set file_key = null, updated_at = now()
       from due
      where e.id = due.id
     returning due.file_key as key
@@ -486,8 +488,9 @@ comment on function app.delete_account(uuid) is
 alter table app.account_deletion_requests enable row level security;
 create policy "Members see their own deletion request" on app.account_deletion_requests
   for select to authenticated using (user_id = (select auth.uid()));
-create policy "Members ask to delete their own account (writing credential)" on app.account_deletion_requests
-  for insert to authenticated with check (user_id = (select auth.uid()) and (select app.can_write()));
+create policy "Members ask to delete their account with their own credential" on app.account_deletion_requests
+  for insert to authenticated
+  with check (user_id = (select auth.uid()) and (select app.can_write()) and (select app.credential_is_members_own()));
 grant select on app.account_deletion_requests to authenticated;
 grant insert (user_id) on app.account_deletion_requests to authenticated;
 
@@ -534,6 +537,10 @@ volatile
 set search_path = ''
 as $$
 begin
+  -- Before anything else: a third-party app learns nothing, not even whether a request is pending.
+  if not app.credential_is_members_own() then
+    perform app.http_error(403, 'Only you can ask for your account''s deletion: with your API key or our own app, not a third-party app.');
+  end if;
   if exists (select 1 from app.account_deletion_requests r where r.user_id = (select auth.uid())) then
     perform app.http_error(422, 'Your account''s deletion is already requested and waiting for review.');
   end if;
@@ -545,7 +552,7 @@ begin
 end;
 $$;
 comment on function api.account_delete() is
-  'DELETE /v1/account: records a request to delete the member''s account for the operator''s team to review (204). 422 while one is pending (concurrent requests too: the primary key decides). Nothing else changes until it is approved: the account keeps working.';
+  'DELETE /v1/account: records a request to delete the member''s account for the operator''s team to review (204), with what asked (requested_by, from the claims). Only the member''s own credential may ask: an API key or a first-party app''s token with write; a third-party app gets 403 whatever its scopes. 422 while one is pending (concurrent requests too: the primary key decides), whatever credential asks again: the record keeps naming what made the request under review. Nothing else changes until it is approved: the account keeps working.';
 grant execute on function api.account_delete() to authenticated;
 
 create function api.billing_get(upgrade_url text)
@@ -608,7 +615,7 @@ begin
 end;
 $$;
 comment on function api.export_get(text) is
-  'GET /v1/exports/{export_id}: the member''s own export (404 for anyone else''s, so ids cannot be probed), with the signed download url while it is ready.';
+  'GET /v1/exports/{export_id}: the member''s own export (404 for anyone else''s, so ids cannot be probed), with its download url while it is ready.';
 grant execute on function api.export_get(text) to authenticated;
 
 create function api.exports_list(page_limit integer, starting_after text)
