@@ -83,6 +83,32 @@ describe('GET /v1/search/todos', () => {
     expect(expanded.body.data[0].reactions).toEqual([])
   })
 
+  it('real searches find what they name within the term limits: e-mail, URLs, versions, dates, UUIDs (issue 25)', async () => {
+    const bodies = [
+      'Answer the e-mail from ops', 'Read https://example.com/docs/setup?lang=en before lunch', 'Release v1.2.3 today',
+      'Close f47ac10b-58cc-4372-a567-0e02b2c3d479 in the tracker', 'Plan the 2026-01-15 launch', 'Write to first.last@example.co.uk',
+      'A state-of-the-art x86_64 build',
+    ]
+    await world.sql`insert into app.todos (user_id, body) select u.id, b from app.users u, unnest(${bodies}::text[]) b where u.username = 'writer'`
+    const cases: [string, string[]][] = [
+      ['e-mail', ['Answer the e-mail from ops']],
+      ['e-ma ops', ['Answer the e-mail from ops']],
+      // The scheme is no term of the todo (the parser leaves `https:` out), so a URL is searched without it.
+      ['example.com/docs', ['Read https://example.com/docs/setup?lang=en before lunch']],
+      ['example.com -lunch', []],
+      ['v1.2', ['Release v1.2.3 today']],
+      ['f47ac10b-58cc-4372-a567-0e02b2c3d479', ['Close f47ac10b-58cc-4372-a567-0e02b2c3d479 in the tracker']],
+      ['2026-01-15', ['Plan the 2026-01-15 launch']],
+      ['first.last@example.co.uk', ['Write to first.last@example.co.uk']],
+      ['state-of-the-art x86_64', ['A state-of-the-art x86_64 build']],
+    ]
+    for (const [query, found] of cases) {
+      const res = await world.get(`/v1/search/todos?query=${encodeURIComponent(query)}`, { auth: token })
+      expect(res.status, query).toBe(200)
+      expect(res.body.data.map((t: { body: string }) => t.body), query).toEqual(found)
+    }
+  })
+
   it('only todos the searcher may see', async () => {
     const hidden = await world.createUser('hidden', '--privacy', 'private')
     await world.post('/v1/todos', { auth: hidden.api_key, json: { body: 'uniqueword in private' } })
