@@ -169,6 +169,59 @@ describe('full-text limits count the terms PostgreSQL\'s parser makes (issue 25)
   })
 })
 
+describe('mentions per body are capped (issue 25)', () => {
+  // Every list renders every member and project a todo or comment names: 25 todos naming 700
+  // members each made everyone's GET /v1/todos 6.7 MB and a second long.
+  const members = Array.from({ length: 21 }, (_, i) => `named${String(i).padStart(2, '0')}`)
+  const projects = Array.from({ length: 21 }, (_, i) => `Tag${String(i).padStart(2, '0')}`)
+  let writer: CreatedUser
+  beforeAll(async () => {
+    writer = await world.createUser('mentioner')
+    await world.sql`
+      with made as (
+        insert into auth.users (id, aud, role, raw_app_meta_data, raw_user_meta_data)
+        select gen_random_uuid(), 'authenticated', 'authenticated', '{}', '{}' from unnest(${members}::text[])
+        returning id)
+      insert into app.users (id, username)
+      select m.id, n.name from (select id, row_number() over (order by id) as i from made) m
+      join (select name, row_number() over (order by name) as i from unnest(${members}::text[]) name) n on n.i = m.i`
+    await world.sql`
+      insert into app.projects (owner_id, name, hashtag)
+      select u.id, t, t from app.users u, unnest(${projects}::text[]) t where u.username = 'mentioner'`
+  })
+  const naming = (names: string[], sigil: string) => names.map((n) => `${sigil}${n}`).join(' ')
+
+  it('at 20 members and 20 projects on todos and comments: 422 naming the limit and the count', async () => {
+    const todo = (await world.post('/v1/todos', { auth: writer.api_key, json: { body: 'a todo to comment on' } })).body
+    const writes = (body: string): [string, string, Record<string, unknown>][] => [
+      ['POST', '/v1/todos', { body }],
+      ['PATCH', `/v1/todos/${todo.id}`, { body }],
+      ['POST', '/v1/comments', { commentable_type: 'Todo', commentable_id: todo.id, body }],
+    ]
+    for (const [method, path, json] of writes(`thanks ${naming(members, '@')}`)) {
+      const res = await world.request(method, path, { auth: writer.api_key, json })
+      expect(res.status, `${method} ${path}`).toBe(422)
+      expect(res.body).toEqual({ error: 'body may mention at most 20 members; it mentions 21.' })
+    }
+    for (const [method, path, json] of writes(`for ${naming(projects, '#')}`)) {
+      const res = await world.request(method, path, { auth: writer.api_key, json })
+      expect(res.status, `${method} ${path}`).toBe(422)
+      expect(res.body).toEqual({ error: 'body may mention at most 20 projects; it mentions 21.' })
+    }
+    const comment = (await world.post('/v1/comments', { auth: writer.api_key, json: { commentable_type: 'Todo', commentable_id: todo.id, body: 'ok' } })).body
+    const edit = await world.patch(`/v1/comments/${comment.id}`, { auth: writer.api_key, json: { body: naming(members, '@') } })
+    expect(edit.status).toBe(422)
+    // Twenty of each, names repeated, unknown names and mail addresses: accepted, all rendered.
+    const body = `${naming(members.slice(0, 20), '@')} ${naming(projects.slice(0, 20), '#')} @named00 @nobody1 @nobody2 x@named20`
+    for (const [method, path, json] of writes(body)) {
+      const res = await world.request(method, path, { auth: writer.api_key, json })
+      expect(res.status, `${method} ${path}`).toBeLessThan(300)
+      expect(res.body.mentioned_users, `${method} ${path}`).toHaveLength(20)
+      expect(res.body.mentioned_projects, `${method} ${path}`).toHaveLength(20)
+    }
+  })
+})
+
 /**
  * POSTs a body of `size` bytes over a raw socket, announced with Content-Length or sent
  * chunked, and reads the answer; the server may answer and close before the body is sent.

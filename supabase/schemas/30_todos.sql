@@ -103,6 +103,31 @@ comment on function app.extract_mentions(text, text) is
   'The distinct lower-cased names after a sigil (# or @) in body order. A sigil glued to a word (mail@example.com, a#b) is not a mention.';
 grant execute on function app.extract_mentions(text, text) to authenticated, service_role;
 
+create function app.check_mention_limits(body text)
+returns void
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  max_mentions constant integer := 20;
+  members integer;
+  projects integer;
+begin
+  -- Counted as they will be stored: names of members and projects that exist (others stay text).
+  select count(*) into members from app.extract_mentions(body, '@') name join app.users u on lower(u.username) = name.name;
+  if members > max_mentions then
+    perform app.http_error(422, format('body may mention at most %s members; it mentions %s.', max_mentions, members));
+  end if;
+  select count(*) into projects from app.extract_mentions(body, '#') tag join app.projects p on lower(p.hashtag) = tag.name;
+  if projects > max_mentions then
+    perform app.http_error(422, format('body may mention at most %s projects; it mentions %s.', max_mentions, projects));
+  end if;
+end;
+$$;
+comment on function app.check_mention_limits(text) is
+  'Raises 422 when a todo or comment body names more than 20 existing members or 20 projects. Why: every list renders every mention of every todo (SPEC: all of them), so a body naming 700 members made each page that shows it megabytes and a second (issue 25); twenty covers any real thanks-list. Called by the triggers that store mentions, before they write a row; runs as their owner, so it counts every member and project.';
+
 create function app.can_see_member_content(author_id uuid, viewer_id uuid)
 returns boolean
 language plpgsql
@@ -395,6 +420,7 @@ security definer
 set search_path = ''
 as $$
 begin
+  perform app.check_mention_limits(new.body);
   if tg_op = 'UPDATE' then
     delete from app.todo_project_mentions where todo_id = new.id;
     delete from app.todo_user_mentions where todo_id = new.id;
@@ -409,7 +435,7 @@ begin
 end;
 $$;
 comment on function app.tg_todos__store_mentions() is
-  'Parses #hashtags and @usernames of a new or edited body into mention rows, in SQL so every writer (API, CLI, seed) gets the same mentions. Unknown names stay plain text.';
+  'Parses #hashtags and @usernames of a new or edited body into mention rows, in SQL so every writer (API, CLI, seed) gets the same mentions. Unknown names stay plain text. At most 20 of each (app.check_mention_limits, 422).';
 create trigger _200_store_mentions after insert or update of body on app.todos
   for each row execute function app.tg_todos__store_mentions();
 
