@@ -222,6 +222,21 @@ describe('mentions per body are capped (issue 25)', () => {
   })
 })
 
+describe('the request line and headers', () => {
+  it('over 16 KiB are refused with 431 before any work; within, a long If-None-Match is read at once', async () => {
+    // Node's limit (maxHeaderSize): it bounds every query parameter (expand, cursors, since)
+    // and every header the middleware reads (If-None-Match, Accept-Encoding, X-Request-Id).
+    const long = await fetch(`${world.baseUrl}/v1/todos?expand=${Array(2000).fill('reactions').join(',')}`, { headers: { authorization: `Bearer ${alice.api_key}` } })
+    expect(long.status).toBe(431)
+    const header = await fetch(`${world.baseUrl}/v1/todos`, { headers: { authorization: `Bearer ${alice.api_key}`, 'if-none-match': Array(3000).fill('W/"x"').join(',') } })
+    expect(header.status).toBe(431)
+    const within = await fetch(`${world.baseUrl}/v1/todos?expand=${Array(1400).fill('reactions').join(',')}`, {
+      headers: { authorization: `Bearer ${alice.api_key}`, 'if-none-match': Array(200).fill('W/"x"').join(',') },
+    })
+    expect(within.status).toBe(200)
+  })
+})
+
 /**
  * POSTs a body of `size` bytes over a raw socket, announced with Content-Length or sent
  * chunked, and reads the answer; the server may answer and close before the body is sent.
