@@ -37,6 +37,21 @@ function optional(options: Options, name: string): string | null {
   return typeof value === 'string' && value !== '' ? value : null
 }
 
+/** The most rows a listing command prints: one command reads a bounded number, whatever the tables hold. */
+const MAX_LIST_LIMIT = 1000
+
+/** --limit of a listing command: 1 to MAX_LIST_LIMIT, default 100. */
+function listLimit(options: Options): number {
+  const raw = optional(options, 'limit')
+  const limit = raw === null ? 100 : Number(raw)
+  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIST_LIMIT) {
+    throw new AdminError(`--limit must be a whole number from 1 to ${MAX_LIST_LIMIT}`)
+  }
+  return limit
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
 function privacy(options: Options): string {
   const value = optional(options, 'privacy') ?? 'public'
   if (!PRIVACY.has(value)) throw new AdminError('--privacy must be public, protected or private')
@@ -259,8 +274,7 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
   reports: {
     options: { limit: { type: 'string' } },
     run: async (ctx, o) => {
-      const limit = Number(optional(o, 'limit') ?? 100)
-      if (!Number.isInteger(limit) || limit < 1) throw new AdminError('--limit must be a positive whole number')
+      const limit = listLimit(o)
       const rows = await ctx.sql`
         select app.to_public_id('rep', r.id) as id, u.username as reporter, r.reportable_type, r.reportable_id,
                (r.todo_id is null and r.comment_id is null and r.reported_user_id is null) as target_deleted, r.created_at
@@ -274,8 +288,7 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
     options: { user: { type: 'string' }, limit: { type: 'string' } },
     run: async (ctx, o) => {
       const user = await findUser(ctx.sql, required(o, 'user'))
-      const limit = Number(optional(o, 'limit') ?? 100)
-      if (!Number.isInteger(limit) || limit < 1) throw new AdminError('--limit must be a positive whole number')
+      const limit = listLimit(o)
       // The delivery log of the member's subscriptions, newest first; id is the webhook-id sent.
       const rows = await ctx.sql`
         select app.webhook_id(d.subscription_id, d.todo_id) as id, app.to_public_id('hook', d.subscription_id) as subscription_id,
@@ -389,9 +402,12 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
         }
       }
       if (!jti) throw new AdminError('--token or --jti is required')
-      const rows = await ctx.sql`update app.oauth_tokens set revoked_at = coalesce(revoked_at, now()) where jti::text = ${jti} returning jti`
+      // By the primary key: `jti::text = …` read every token ever issued.
+      if (!UUID.test(jti)) throw new AdminError(`no token with jti ${jti}`)
+      const rows = await ctx.sql<{ jti: string }[]>`
+        update app.oauth_tokens set revoked_at = coalesce(revoked_at, now()) where jti = ${jti}::uuid returning jti`
       if (rows.length === 0) throw new AdminError(`no token with jti ${jti}`)
-      return { revoked: jti }
+      return { revoked: rows[0]!.jti }
     },
   },
 }

@@ -1,6 +1,8 @@
 // The operator CLI as operators run it: a separate process, one JSON object on stdout,
 // {"error": …} on stderr with a non-zero exit (DESIGN.md section 2).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createSql } from '../functions/lib/sql.ts'
+import { runAdmin } from '../local/admin-commands.ts'
 import { JWT_SECRET, type TestWorld, startWorld } from './support/app.ts'
 import { runCli } from './support/process.ts'
 
@@ -109,5 +111,44 @@ describe('operator CLI', () => {
       expect(run.stdout, cases[i]!.join(' ')).toBe('')
       expect(JSON.parse(run.stderr.trim()), cases[i]!.join(' ')).toEqual({ error: expect.any(String) })
     })
+  })
+})
+
+describe('operator CLI inputs are bounded (issue 25)', () => {
+  it('--limit of reports and webhook-deliveries is 1 to 1000', async () => {
+    await world.createUser('lister')
+    for (const args of [['reports', '--limit', '1001'], ['reports', '--limit', '1e20'], ['webhook-deliveries', '--user', 'lister', '--limit', '5000']]) {
+      await expect(world.admin(...args), args.join(' ')).rejects.toThrow('--limit must be a whole number from 1 to 1000')
+    }
+    expect(await world.admin('reports', '--limit', '1000')).toEqual({ data: [] })
+  })
+
+  it('revoke-token finds the token by its key, never by reading every token', async () => {
+    await world.createUser('holder')
+    await world.token('holder', 'public')
+    const [token] = await world.sql`select jti::text as jti from app.oauth_tokens t join app.users u on u.id = t.user_id where u.username = 'holder'`
+    // One connection of our own: its table counters, flushed when it goes idle, are the command's.
+    const one = createSql(world.databaseUrl, { max: 1 })
+    const counters = async () => {
+      const [row] = await one`select seq_scan, coalesce(idx_scan, 0) as idx_scan from pg_stat_user_tables where relid = 'app.oauth_tokens'::regclass`
+      return { seq: Number(row!.seq_scan), idx: Number(row!.idx_scan) }
+    }
+    try {
+      await one`select pg_stat_force_next_flush()`
+      const before = await counters()
+      const done = await runAdmin({ sql: one, jwtSecret: JWT_SECRET, publicUrl: 'http://api.test' }, ['revoke-token', '--jti', token!.jti])
+      expect(done).toEqual({ revoked: token!.jti })
+      await one`select pg_stat_force_next_flush()`
+      let after = await counters()
+      for (const deadline = Date.now() + 20_000; after.seq === before.seq && after.idx === before.idx && Date.now() < deadline;) {
+        await new Promise((resolve) => setTimeout(resolve, 100))
+        after = await counters()
+      }
+      expect(after.seq).toBe(before.seq)
+      expect(after.idx).toBeGreaterThan(before.idx)
+      await expect(runAdmin({ sql: one, jwtSecret: JWT_SECRET, publicUrl: 'http://api.test' }, ['revoke-token', '--jti', 'not-a-uuid'])).rejects.toThrow('no token with jti not-a-uuid')
+    } finally {
+      await one.end()
+    }
   })
 })

@@ -75,9 +75,10 @@ describe('full-text queries are capped', () => {
     for (const path of ['/v1/todos', '/v1/users/me/todos', '/v1/timeline']) {
       const tooMany = await world.get(`${path}?query=${encodeURIComponent(seventeenTerms)}`, { auth: alice.api_key })
       expect(tooMany.status, path).toBe(400)
-      expect(tooMany.body.error).toMatch(/at most 16 terms and 256 characters/)
+      expect(tooMany.body.error).toMatch(/at most 16 search terms; .* makes 17/)
       const tooLong = await world.get(`${path}?query=${'a'.repeat(257)}`, { auth: alice.api_key })
       expect(tooLong.status, path).toBe(400)
+      expect(tooLong.body.error).toBe('query may have at most 256 characters; got 257.')
       expect((await world.get(`${path}?query=${encodeURIComponent(sixteenTerms)}`, { auth: alice.api_key })).status).toBe(200)
       expect((await world.get(`${path}?query=${'a'.repeat(256)}`, { auth: alice.api_key })).status).toBe(200)
     }
@@ -87,10 +88,152 @@ describe('full-text queries are capped', () => {
     const token = await world.token('alice', 'public', { firstParty: true })
     const todos = await world.get(`/v1/search/todos?query=${encodeURIComponent(seventeenTerms)}`, { auth: token })
     expect(todos.status).toBe(400)
-    expect(todos.body.error).toMatch(/at most 16 terms/)
+    expect(todos.body.error).toMatch(/at most 16 search terms/)
     const users = await world.get(`/v1/search/users?query=${'a'.repeat(300)}`, { auth: token })
     expect(users.status).toBe(400)
     expect((await world.get('/v1/search/todos?query=ship%20it', { auth: token })).status).toBe(200)
+  })
+})
+
+describe('full-text limits count the terms PostgreSQL\'s parser makes (issue 25)', () => {
+  // Each word becomes a prefix match of every lexeme the `simple` parser makes of it, joined
+  // into a phrase: `e_e_e…` (one 256-character word) was 128 terms, 1 to 4 s per request.
+  let token: string
+  beforeAll(async () => {
+    await world.admin('create-project', '--owner', 'alice', '--name', 'Costly', '--slug', 'costly')
+    token = await world.token('alice', 'public', { firstParty: true })
+  })
+  const lists = () => [
+    ['/v1/todos', alice.api_key],
+    ['/v1/timeline', alice.api_key],
+    ['/v1/users/alice/todos', alice.api_key],
+    ['/v1/projects/costly/todos', alice.api_key],
+    ['/v1/search/todos', token],
+  ] as const
+  const ask = (path: string, auth: string, query: string) => world.get(`${path}?query=${encodeURIComponent(query)}`, { auth })
+
+  it('one word that the parser splits into a long phrase is 400 naming the phrase limit, on every list', async () => {
+    const words = {
+      underscores: 'e_'.repeat(128), // 256 characters, 128 terms
+      hyphens: `${'e-'.repeat(127)}e`, // the whole word and its 128 parts
+      commas: `${'e,'.repeat(127)}e`,
+      'dots and hyphens': `${'e.-'.repeat(85)}e`,
+      'a nine-term phrase': 'a-b-c-d-e-f-g-h', // the whole word and 8 parts
+    }
+    for (const [path, auth] of lists()) {
+      for (const [name, word] of Object.entries(words)) {
+        const res = await ask(path, auth, word)
+        expect(res.status, `${path}: ${name}`).toBe(400)
+        expect(res.body.error, `${path}: ${name}`).toMatch(/makes a phrase of \d+ search terms; a word may make at most 8/)
+      }
+      const first = await ask(path, auth, words.underscores)
+      expect(first.body.error).toMatch(/^query: the word "e_e_e_e_e_e_e_e_e_e_e_e_e_e_e_e_e_e_e_e_…" makes a phrase of 128 search terms/)
+    }
+  })
+
+  it('counts every term of every word against the 16: 400 naming the limit and the count', async () => {
+    for (const [path, auth] of lists()) {
+      // Six hyphenated words of three terms each (the word and its two parts): 18.
+      const res = await ask(path, auth, 'e-e f-f g-g h-h i-i j-j')
+      expect(res.status, path).toBe(400)
+      expect(res.body.error).toMatch(/^query may have at most 16 search terms; "e-e f-f g-g h-h i-i j-j" makes 18 /)
+      // Two eight-term phrases are 16: within the limits.
+      expect((await ask(path, auth, 'a-b-c-d-e-f-g a_b_c_d_e_f_g_h')).status, path).toBe(200)
+    }
+  })
+
+  it('a repeated word is searched once: -t -t -t … costs what -t costs', async () => {
+    const [row] = await world.sql`select app.todo_search_query('t t -t -t e-mail e-mail t')::text as q`
+    expect(row!.q).toBe(`'t':* & !'t':* & 'e-mail':* <-> 'e':* <-> 'mail':*`)
+  })
+
+  it('dots and slashes alone keep a word one term (a host name, a path): accepted', async () => {
+    for (const [path, auth] of lists()) {
+      for (const word of ['e.'.repeat(128), 'e/'.repeat(128), 'a.b.c.d.e.f.g.h.i.j', 'a/b/c/d/e/f/g/h/i/j']) {
+        expect((await ask(path, auth, word)).status, `${path}: ${word.slice(0, 10)}`).toBe(200)
+      }
+    }
+  })
+
+  it('the terms of real searches stay within the limits', async () => {
+    const real = [
+      'ship -bug', 'e-mail', 'foo.bar', 'first.last+tag@example.co.uk', 'https://example.com/a/b?c=d',
+      'v1.2.3', '2026-01-15', '12:30', '+1-555-123-4567', 'f47ac10b-58cc-4372-a567-0e02b2c3d479',
+      'state-of-the-art', 'x86_64', 'my_long_variable_name', 'node_modules/foo/bar', "don't",
+      // 16 terms exactly: launch, the, 5 of state-of-the-art, 3 of e-mail, client, for, 4 of end-to-end.
+      'launch the state-of-the-art e-mail client for end-to-end',
+    ]
+    for (const [path, auth] of lists()) {
+      for (const query of real) expect((await ask(path, auth, query)).status, `${path}: ${query}`).toBe(200)
+    }
+  })
+})
+
+describe('mentions per body are capped (issue 25)', () => {
+  // Every list renders every member and project a todo or comment names: 25 todos naming 700
+  // members each made everyone's GET /v1/todos 6.7 MB and a second long.
+  const members = Array.from({ length: 21 }, (_, i) => `named${String(i).padStart(2, '0')}`)
+  const projects = Array.from({ length: 21 }, (_, i) => `Tag${String(i).padStart(2, '0')}`)
+  let writer: CreatedUser
+  beforeAll(async () => {
+    writer = await world.createUser('mentioner')
+    await world.sql`
+      with made as (
+        insert into auth.users (id, aud, role, raw_app_meta_data, raw_user_meta_data)
+        select gen_random_uuid(), 'authenticated', 'authenticated', '{}', '{}' from unnest(${members}::text[])
+        returning id)
+      insert into app.users (id, username)
+      select m.id, n.name from (select id, row_number() over (order by id) as i from made) m
+      join (select name, row_number() over (order by name) as i from unnest(${members}::text[]) name) n on n.i = m.i`
+    await world.sql`
+      insert into app.projects (owner_id, name, hashtag)
+      select u.id, t, t from app.users u, unnest(${projects}::text[]) t where u.username = 'mentioner'`
+  })
+  const naming = (names: string[], sigil: string) => names.map((n) => `${sigil}${n}`).join(' ')
+
+  it('at 20 members and 20 projects on todos and comments: 422 naming the limit and the count', async () => {
+    const todo = (await world.post('/v1/todos', { auth: writer.api_key, json: { body: 'a todo to comment on' } })).body
+    const writes = (body: string): [string, string, Record<string, unknown>][] => [
+      ['POST', '/v1/todos', { body }],
+      ['PATCH', `/v1/todos/${todo.id}`, { body }],
+      ['POST', '/v1/comments', { commentable_type: 'Todo', commentable_id: todo.id, body }],
+    ]
+    for (const [method, path, json] of writes(`thanks ${naming(members, '@')}`)) {
+      const res = await world.request(method, path, { auth: writer.api_key, json })
+      expect(res.status, `${method} ${path}`).toBe(422)
+      expect(res.body).toEqual({ error: 'body may mention at most 20 members; it mentions 21.' })
+    }
+    for (const [method, path, json] of writes(`for ${naming(projects, '#')}`)) {
+      const res = await world.request(method, path, { auth: writer.api_key, json })
+      expect(res.status, `${method} ${path}`).toBe(422)
+      expect(res.body).toEqual({ error: 'body may mention at most 20 projects; it mentions 21.' })
+    }
+    const comment = (await world.post('/v1/comments', { auth: writer.api_key, json: { commentable_type: 'Todo', commentable_id: todo.id, body: 'ok' } })).body
+    const edit = await world.patch(`/v1/comments/${comment.id}`, { auth: writer.api_key, json: { body: naming(members, '@') } })
+    expect(edit.status).toBe(422)
+    // Twenty of each, names repeated, unknown names and mail addresses: accepted, all rendered.
+    const body = `${naming(members.slice(0, 20), '@')} ${naming(projects.slice(0, 20), '#')} @named00 @nobody1 @nobody2 x@named20`
+    for (const [method, path, json] of writes(body)) {
+      const res = await world.request(method, path, { auth: writer.api_key, json })
+      expect(res.status, `${method} ${path}`).toBeLessThan(300)
+      expect(res.body.mentioned_users, `${method} ${path}`).toHaveLength(20)
+      expect(res.body.mentioned_projects, `${method} ${path}`).toHaveLength(20)
+    }
+  })
+})
+
+describe('the request line and headers', () => {
+  it('over 16 KiB are refused with 431 before any work; within, a long If-None-Match is read at once', async () => {
+    // Node's limit (maxHeaderSize): it bounds every query parameter (expand, cursors, since)
+    // and every header the middleware reads (If-None-Match, Accept-Encoding, X-Request-Id).
+    const long = await fetch(`${world.baseUrl}/v1/todos?expand=${Array(2000).fill('reactions').join(',')}`, { headers: { authorization: `Bearer ${alice.api_key}` } })
+    expect(long.status).toBe(431)
+    const header = await fetch(`${world.baseUrl}/v1/todos`, { headers: { authorization: `Bearer ${alice.api_key}`, 'if-none-match': Array(3000).fill('W/"x"').join(',') } })
+    expect(header.status).toBe(431)
+    const within = await fetch(`${world.baseUrl}/v1/todos?expand=${Array(1400).fill('reactions').join(',')}`, {
+      headers: { authorization: `Bearer ${alice.api_key}`, 'if-none-match': Array(200).fill('W/"x"').join(',') },
+    })
+    expect(within.status).toBe(200)
   })
 })
 

@@ -1,6 +1,7 @@
 // SPEC section 4, Search: first-party OAuth apps with scope public only; todo search capped at
 // the 100 newest matches; user search for mention autocomplete, ranked by mentions.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createSql } from '../functions/lib/sql.ts'
 import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
 
 let world: TestWorld
@@ -83,6 +84,32 @@ describe('GET /v1/search/todos', () => {
     expect(expanded.body.data[0].reactions).toEqual([])
   })
 
+  it('real searches find what they name within the term limits: e-mail, URLs, versions, dates, UUIDs (issue 25)', async () => {
+    const bodies = [
+      'Answer the e-mail from ops', 'Read https://example.com/docs/setup?lang=en before lunch', 'Release v1.2.3 today',
+      'Close f47ac10b-58cc-4372-a567-0e02b2c3d479 in the tracker', 'Plan the 2026-01-15 launch', 'Write to first.last@example.co.uk',
+      'A state-of-the-art x86_64 build',
+    ]
+    await world.sql`insert into app.todos (user_id, body) select u.id, b from app.users u, unnest(${bodies}::text[]) b where u.username = 'writer'`
+    const cases: [string, string[]][] = [
+      ['e-mail', ['Answer the e-mail from ops']],
+      ['e-ma ops', ['Answer the e-mail from ops']],
+      // The scheme is no term of the todo (the parser leaves `https:` out), so a URL is searched without it.
+      ['example.com/docs', ['Read https://example.com/docs/setup?lang=en before lunch']],
+      ['example.com -lunch', []],
+      ['v1.2', ['Release v1.2.3 today']],
+      ['f47ac10b-58cc-4372-a567-0e02b2c3d479', ['Close f47ac10b-58cc-4372-a567-0e02b2c3d479 in the tracker']],
+      ['2026-01-15', ['Plan the 2026-01-15 launch']],
+      ['first.last@example.co.uk', ['Write to first.last@example.co.uk']],
+      ['state-of-the-art x86_64', ['A state-of-the-art x86_64 build']],
+    ]
+    for (const [query, found] of cases) {
+      const res = await world.get(`/v1/search/todos?query=${encodeURIComponent(query)}`, { auth: token })
+      expect(res.status, query).toBe(200)
+      expect(res.body.data.map((t: { body: string }) => t.body), query).toEqual(found)
+    }
+  })
+
   it('only todos the searcher may see', async () => {
     const hidden = await world.createUser('hidden', '--privacy', 'private')
     await world.post('/v1/todos', { auth: hidden.api_key, json: { body: 'uniqueword in private' } })
@@ -127,6 +154,78 @@ describe('GET /v1/search/users', () => {
   it('treats % and _ as the characters they are', async () => {
     for (const query of ['%25', '_', '%25am']) {
       expect(names(await world.get(`/v1/search/users?query=${query}`, { auth: token })), query).toEqual([])
+    }
+  })
+
+  it('reads a bounded number of members whatever their number, never all of them (issue 25)', async () => {
+    // It read every member for every keystroke (0.5 s at 500k members). 2000 more members whose
+    // names match none of these queries: the rows read of app.users stay far below them.
+    await world.sql`
+      with made as (
+        insert into auth.users (id, aud, role, raw_app_meta_data, raw_user_meta_data)
+        select gen_random_uuid(), 'authenticated', 'authenticated', '{}', '{}' from generate_series(1, 2000)
+        returning id)
+      insert into app.users (id, username, first_name, last_name)
+      select id, 'zz' || lpad((row_number() over (order by id))::text, 4, '0'), 'Zed', 'Zulu' from made`
+    await world.sql`analyze app.users`
+    const [me] = await world.sql`select id from app.users where username = 'alice'`
+    const claims = JSON.stringify({ sub: me!.id, role: 'authenticated' })
+    // A session of its own, so its counters hold only this statement's reads.
+    const session = createSql(world.databaseUrl, { max: 1 })
+    try {
+      for (const query of ['s', 'sam', 'samira k', 'okaf', '']) {
+        const [stats] = await session.begin(async (tx) => {
+          await tx`select set_config('role', 'authenticated', true), set_config('request.jwt.claims', ${claims}, true)`
+          await tx`select api.search_users(${query})`
+          return await tx`select seq_tup_read + idx_tup_fetch as rows from pg_stat_xact_user_tables where schemaname = 'app' and relname = 'users'`
+        })
+        expect(Number(stats!.rows), JSON.stringify(query)).toBeLessThan(200)
+      }
+    } finally {
+      await session.end()
+    }
+  })
+
+  it('ranks the first 100 matches of a name by its index: exact while no name has more (issue 25)', async () => {
+    // 120 members sharing a prefix: the ten shortest usernames, alphabetically, of the first
+    // 100 of each name in byte order; the viewer's frequent mentions first wherever they are.
+    await world.sql`
+      with made as (
+        insert into auth.users (id, aud, role, raw_app_meta_data, raw_user_meta_data)
+        select gen_random_uuid(), 'authenticated', 'authenticated', '{}', '{}' from generate_series(1, 120)
+        returning id)
+      insert into app.users (id, username)
+      select id, 'many' || lpad((row_number() over (order by id))::text, 3, '0') from made`
+    await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'thanks @many120' } })
+    const res = await world.get('/v1/search/users?query=many', { auth: token })
+    expect(names(res)).toEqual(['many120', ...Array.from({ length: 9 }, (_, i) => `many${String(i + 1).padStart(3, '0')}`)])
+  })
+
+  it('reads whom you mention most from your 1000 newest todos, however many you wrote (issue 25)', async () => {
+    const prolific = await world.createUser('prolific')
+    const own = await world.token('prolific', 'public', { firstParty: true })
+    await world.sql`
+      insert into app.todos (user_id, body, created_at)
+      select u.id, case when n = 0 then 'long ago with @samuel' else 'plain ' || n end, timestamptz '2025-01-01' + make_interval(mins => n)
+      from app.users u, generate_series(0, 3000) n where u.username = 'prolific'`
+    await world.sql`analyze app.todos`
+    expect(names(await world.get('/v1/search/users', { auth: own }))).toEqual([])
+    const claims = JSON.stringify({ sub: prolific.id.replace(/^user_(.{8})(.{4})(.{4})(.{4})(.{12})$/, '$1-$2-$3-$4-$5'), role: 'authenticated' })
+    const session = createSql(world.databaseUrl, { max: 1 })
+    try {
+      const [stats] = await session.begin(async (tx) => {
+        // The ordered index scan that stops at 1000 is the plan once a member has many more;
+        // with a few thousand, reading them all (a scan, a bitmap) costs less and is chosen.
+        await tx`set local enable_seqscan = off`
+        await tx`set local enable_bitmapscan = off`
+        await tx`select set_config('role', 'authenticated', true), set_config('request.jwt.claims', ${claims}, true)`
+        await tx`select api.search_users('sam')`
+        return await tx`select seq_tup_read + idx_tup_fetch as rows from pg_stat_xact_user_tables where schemaname = 'app' and relname = 'todos'`
+      })
+      // 1000 of their 3001 todos, and the few that policies and the rendering of the matches read.
+      expect(Number(stats!.rows)).toBeLessThan(1500)
+    } finally {
+      await session.end()
     }
   })
 

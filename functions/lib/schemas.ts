@@ -205,7 +205,7 @@ export const idList = (field: string) =>
 export const TodoListQuery = PaginationQuery.extend({
   since: z.string().optional().openapi({ description: 'Created at or after: Unix seconds or milliseconds, YYYY, YYYY-MM, YYYY-MM-DD or ISO 8601. Dates and times without a zone are in your time zone.' }),
   until: z.string().optional().openapi({ description: 'Created up to: same forms as since; a date or period includes all of it.' }),
-  query: z.string().optional().openapi({ description: 'Full text: every word a prefix match, -word excludes.', example: 'feature -bug' }),
+  query: z.string().optional().openapi({ description: 'Full text: every word a prefix match, -word excludes. At most 256 characters and 16 search terms as the parser splits them (e-mail is 3), at most 8 from one word; 400 beyond.', example: 'feature -bug' }),
   expand: z.union([z.string(), z.array(z.string())]).optional().openapi({ description: 'Only `reactions`. Comma-separated or repeated; `expand[]` is accepted too.' }),
   'expand[]': z.union([z.string(), z.array(z.string())]).optional(),
 })

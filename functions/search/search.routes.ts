@@ -9,7 +9,7 @@ export const searchTodos = createRoute({
   description: 'Every todo visible to you, newest first, capped at the 100 newest matches: total_count is at most 100 and pagination ends there. Every word is a prefix match; -word excludes. OAuth token with scope public from a first-party app.',
   request: {
     query: PaginationQuery.extend({
-      query: z.string().optional().openapi({ description: 'Required.', example: 'launch -bug' }),
+      query: z.string().optional().openapi({ description: 'Required. At most 256 characters and 16 search terms as the parser splits them (e-mail is 3), at most 8 from one word; 400 beyond.', example: 'launch -bug' }),
       expand: z.union([z.string(), z.array(z.string())]).optional(),
       'expand[]': z.union([z.string(), z.array(z.string())]).optional(),
     }),

@@ -103,6 +103,31 @@ comment on function app.extract_mentions(text, text) is
   'The distinct lower-cased names after a sigil (# or @) in body order. A sigil glued to a word (mail@example.com, a#b) is not a mention.';
 grant execute on function app.extract_mentions(text, text) to authenticated, service_role;
 
+create function app.check_mention_limits(body text)
+returns void
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  max_mentions constant integer := 20;
+  members integer;
+  projects integer;
+begin
+  -- Counted as they will be stored: names of members and projects that exist (others stay text).
+  select count(*) into members from app.extract_mentions(body, '@') name join app.users u on lower(u.username) = name.name;
+  if members > max_mentions then
+    perform app.http_error(422, format('body may mention at most %s members; it mentions %s.', max_mentions, members));
+  end if;
+  select count(*) into projects from app.extract_mentions(body, '#') tag join app.projects p on lower(p.hashtag) = tag.name;
+  if projects > max_mentions then
+    perform app.http_error(422, format('body may mention at most %s projects; it mentions %s.', max_mentions, projects));
+  end if;
+end;
+$$;
+comment on function app.check_mention_limits(text) is
+  'Raises 422 when a todo or comment body names more than 20 existing members or 20 projects. Why: every list renders every mention of every todo (SPEC: all of them), so a body naming 700 members made each page that shows it megabytes and a second (issue 25); twenty covers any real thanks-list. Called by the triggers that store mentions, before they write a row; runs as their owner, so it counts every member and project.';
+
 create function app.can_see_member_content(author_id uuid, viewer_id uuid)
 returns boolean
 language plpgsql
@@ -208,26 +233,56 @@ immutable
 set search_path = ''
 as $$
 declare
+  -- The limits: what real searches never reach (a UUID is a phrase of 7, state-of-the-art 5,
+  -- e-mail 3, a URL 3, a date 3; a host name or a path is one term).
+  max_characters constant integer := 256;
+  max_terms constant integer := 16;
+  max_phrase constant integer := 8;
+  word text;
   term text;
   negated boolean;
   part tsquery;
+  phrase integer;
+  terms integer := 0;
+  seen text[] := '{}';
   result tsquery;
 begin
-  foreach term in array regexp_split_to_array(btrim(coalesce(input, '')), '\s+') loop
-    negated := term like '-_%';
+  if length(input) > max_characters then
+    perform app.http_error(400, format('query may have at most %s characters; got %s.', max_characters, length(input)));
+  end if;
+  foreach word in array regexp_split_to_array(btrim(coalesce(input, '')), '\s+') loop
+    negated := word like '-_%';
     -- Whatever tsquery syntax a user types is text: strip the operators, keep the words.
-    term := btrim(translate(case when negated then substr(term, 2) else term end, '&|!():*<>''\', '            '));
+    term := btrim(translate(case when negated then substr(word, 2) else word end, '&|!():*<>''\', '            '));
     continue when term = '';
     part := to_tsquery('simple', quote_literal(term) || ':*');
     continue when numnode(part) = 0;
+    -- The parser makes one or more lexemes of a word (e-mail: e-mail, e, mail), each a prefix
+    -- match, joined into a phrase by binary operators: n lexemes are 2n - 1 nodes. Each term
+    -- costs an index scan and a check of every candidate row, so the limits count them.
+    phrase := (numnode(part) + 1) / 2;
+    if phrase > max_phrase then
+      perform app.http_error(400, format(
+        'query: the word %s makes a phrase of %s search terms; a word may make at most %s (hyphens, underscores, commas and most other punctuation split a word into terms).',
+        to_json(case when length(word) > 40 then left(word, 40) || '…' else word end), phrase, max_phrase));
+    end if;
+    terms := terms + phrase;
     if negated then part := !! part; end if;
+    -- A word repeated adds nothing to what matches, only to the work (t t t … is t).
+    continue when part::text = any (seen);
+    seen := seen || part::text;
     result := case when result is null then part else result && part end;
   end loop;
+  if terms > max_terms then
+    perform app.http_error(400, format(
+      'query may have at most %s search terms; %s makes %s (every word is one, and the parts of a word split by hyphens, underscores, commas or most other punctuation count too).',
+      max_terms, to_json(case when length(input) > 60 then left(input, 60) || '…' else input end), terms));
+  end if;
   return result;
 end;
 $$;
 comment on function app.todo_search_query(text) is
-  'Turns what a user types into a tsquery: every word a prefix match (feat finds feature), -word negates (feature -bug), everything ANDed. Null when nothing searchable is left.';
+  'Turns what a user types into a tsquery: every word a prefix match (feat finds feature), -word negates (feature -bug), everything ANDed. Null when nothing searchable is left. 400 past its limits, counted on what the parser made (issue 25: one word of 256 characters, e_e_e…, was a phrase of 128 terms and 1 to 4 s per request): at most 16 terms in all, at most 8 in the phrase of one word, at most 256 characters. A repeated word is searched once (it counts toward the 16 as sent).';
 grant execute on function app.todo_search_query(text) to authenticated;
 
 create function app.filter_moment(moment jsonb, zone text)
@@ -365,6 +420,7 @@ security definer
 set search_path = ''
 as $$
 begin
+  perform app.check_mention_limits(new.body);
   if tg_op = 'UPDATE' then
     delete from app.todo_project_mentions where todo_id = new.id;
     delete from app.todo_user_mentions where todo_id = new.id;
@@ -379,7 +435,7 @@ begin
 end;
 $$;
 comment on function app.tg_todos__store_mentions() is
-  'Parses #hashtags and @usernames of a new or edited body into mention rows, in SQL so every writer (API, CLI, seed) gets the same mentions. Unknown names stay plain text.';
+  'Parses #hashtags and @usernames of a new or edited body into mention rows, in SQL so every writer (API, CLI, seed) gets the same mentions. Unknown names stay plain text. At most 20 of each (app.check_mention_limits, 422).';
 create trigger _200_store_mentions after insert or update of body on app.todos
   for each row execute function app.tg_todos__store_mentions();
 

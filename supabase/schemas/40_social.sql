@@ -324,6 +324,7 @@ security definer
 set search_path = ''
 as $$
 begin
+  perform app.check_mention_limits(new.body);
   if tg_op = 'UPDATE' then
     delete from app.comment_project_mentions where comment_id = new.id;
     delete from app.comment_user_mentions where comment_id = new.id;
@@ -338,7 +339,7 @@ begin
 end;
 $$;
 comment on function app.tg_comments__store_mentions() is
-  'Parses #hashtags and @usernames of a comment into mention rows, exactly as for todos.';
+  'Parses #hashtags and @usernames of a comment into mention rows, exactly as for todos (at most 20 of each, app.check_mention_limits).';
 create trigger _200_store_mentions after insert or update of body on app.comments
   for each row execute function app.tg_comments__store_mentions();
 
