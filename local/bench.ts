@@ -58,7 +58,7 @@ import { type NotificationBench, measureNotifications } from './bench/notificati
 import { progressBar } from './bench/progress.ts'
 import { type FairnessBench, FAIRNESS_TARGET, measureFairness } from './bench/fairness.ts'
 import type { AdmissionLimits } from '../functions/lib/admission.ts'
-import { FIXTURE_FORMAT, readFixture, refreshFixture, seedDatabase, writeFixtureFile, type Fixture, type SeedOptions } from './bench/seed-data.ts'
+import { type BenchKey, FIXTURE_FORMAT, readFixture, refreshFixture, seedDatabase, writeFixtureFile, type Fixture, type SeedOptions } from './bench/seed-data.ts'
 import { deriveSubset, isSubsetOf } from './bench/subset.ts'
 import {
   findOnPath, functionSignature, graphqlBody, graphqlCall, graphqlResult, postgrestToken, rpcBody, startPostgrest,
@@ -244,6 +244,8 @@ interface Bench {
   members: Record<'reader' | 'writer', Member>
   /** fixture.writers as credentials: write runs send each call as its `writer`. */
   writers: Member[]
+  /** fixture.readers as credentials: read runs send connection i's calls as reader i mod their number. */
+  readers: Member[]
   servers: Partial<Record<Exclude<TargetName, 'sql'>, RunningTarget>>
   postgrestTokens: Record<string, string>
   signatures: Map<string, Signature>
@@ -261,28 +263,31 @@ async function openBench(config: Config, dataset: Dataset, options: Options, tar
     const [row] = await admin<{ claims: Record<string, unknown> }[]>`select app.authenticate(${admin.json(credential as never)}, 'read') as claims`
     members[role] = { key, credential, claims: row!.claims }
   }
-  const writers: Member[] = []
-  for (const writer of dataset.fixture.writers ?? []) {
-    const credential: Credential = { kind: 'api_key', key_hash: await sha256Hex(writer.api_key) }
+  const memberOfKey = async (key: BenchKey): Promise<Member> => {
+    const credential: Credential = { kind: 'api_key', key_hash: await sha256Hex(key.api_key) }
     const [row] = await admin<{ claims: Record<string, unknown> }[]>`select app.authenticate(${admin.json(credential as never)}, 'read') as claims`
-    writers.push({ key: writer.api_key, credential, claims: row!.claims })
+    return { key: key.api_key, credential, claims: row!.claims }
   }
+  const writers: Member[] = []
+  for (const writer of dataset.fixture.writers ?? []) writers.push(await memberOfKey(writer))
+  const readers: Member[] = []
+  for (const reader of dataset.fixture.readers ?? []) readers.push(await memberOfKey(reader))
   const [now] = await admin<{ now: Date }[]>`select now() as now`
   const bench: Bench = {
-    dataset, publicUrl: config.publicUrl, connections: options.connections, admin, members, writers, servers: {}, postgrestTokens: {}, signatures: new Map(), prepared: new Map(),
+    dataset, publicUrl: config.publicUrl, connections: options.connections, admin, members, writers, readers, servers: {}, postgrestTokens: {}, signatures: new Map(), prepared: new Map(),
     since: now!.now, sql: null,
   }
   const common = {
     databaseUrl: dataset.url, publicUrl: config.publicUrl, jwtSecret: config.jwtSecret, upgradeUrl: config.upgradeUrl,
     pool: options.pool, admission: admissionLimits(options),
-    claims: Object.fromEntries([...Object.values(members), ...writers].map((m) => [`Bearer ${m.key}`, JSON.stringify(m.claims)])),
+    claims: Object.fromEntries([...Object.values(members), ...writers, ...readers].map((m) => [`Bearer ${m.key}`, JSON.stringify(m.claims)])),
   }
   if (targets.has('api')) bench.servers.api = await startServerWorker({ kind: 'api', ...common })
   if (targets.has('postgraphile')) bench.servers.postgraphile = await startServerWorker({ kind: 'postgraphile', ...common })
   if (targets.has('postgrest') && postgrest) {
     const secret = randomToken(32)
     bench.servers.postgrest = await startPostgrest(postgrest, dataset.url, options.pool, secret)
-    for (const m of [...Object.values(members), ...writers]) bench.postgrestTokens[m.key] = await postgrestToken(secret, m.claims)
+    for (const m of [...Object.values(members), ...writers, ...readers]) bench.postgrestTokens[m.key] = await postgrestToken(secret, m.claims)
   }
   if (targets.has('sql')) bench.sql = createSql(dataset.url, { max: options.pool })
   return bench
@@ -311,12 +316,15 @@ async function callsOf(bench: Bench, endpoint: Endpoint, first = false): Promise
     bench.prepared.set(endpoint.name, prepared)
   }
   return Array.from({ length: first ? 1 : connections }, (_, client) =>
-    endpoint.calls({ fixture: bench.dataset.fixture, client, connections, prepared: prepared! }))
+    endpoint.calls({ fixture: bench.dataset.fixture, client, connections, prepared: prepared! })
+      // Reads: each connection reads as one of the readers, as many members read at once.
+      .map((call) => (endpoint.as === 'reader' && bench.readers.length > 0 ? { ...call, reader: client % bench.readers.length } : call)))
 }
 
 /** Who sends `call`: its writer (write runs spread over members), else the endpoint's member. */
 function memberOf(bench: Bench, endpoint: Endpoint, call: Call): Member {
   if (endpoint.as === 'writer' && call.writer !== undefined && bench.writers[call.writer]) return bench.writers[call.writer]!
+  if (endpoint.as === 'reader' && call.reader !== undefined && bench.readers[call.reader]) return bench.readers[call.reader]!
   return bench.members[endpoint.as]
 }
 
@@ -717,7 +725,7 @@ async function main(): Promise<number> {
       `Large: ${large.name} (${fx.counts.users?.toLocaleString('en-US')} users, ${fx.counts.todos?.toLocaleString('en-US')} todos, ${fx.counts.reactions?.toLocaleString('en-US')} reactions, ${fx.counts.comments?.toLocaleString('en-US')} comments; seeded in ${fx.seconds}s)` +
         (small ? `; small: ${small.name} (${small.fixture.counts.todos?.toLocaleString('en-US')} todos: the same pages, a hundredth of the todos)` : ''),
       `${options.connections} connections, ${options.duration}s per run after ${options.warmup}s warm-up, pool of ${options.pool} database connections per server and for the SQL run.`,
-      `Reader ${fx.reader.username} (${fx.reader.todos_count} todos), writer ${fx.writer.username} (writes spread over ${fx.writers?.length ?? 1} members); project ${fx.project.slug} (${fx.project.todos} todos) queried for "${fx.project.query}".`,
+      `Reader ${fx.reader.username} (${fx.reader.todos_count} todos; reads spread over ${fx.readers?.length ?? 1} members), writer ${fx.writer.username} (writes spread over ${fx.writers?.length ?? 1} members); project ${fx.project.slug} (${fx.project.todos} todos) queried for "${fx.project.query}".`,
     ]
     printReport(process.stdout, results, ratios, header, postgrestNote)
     if (chat) {

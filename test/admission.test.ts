@@ -10,6 +10,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type postgres from 'postgres'
 import { createSql } from '../functions/lib/sql.ts'
 import { FairQueue } from '../functions/lib/admission.ts'
+import { callApi } from '../functions/lib/db.ts'
+import { sha256Hex } from '../functions/lib/tokens.ts'
 import { type CreatedUser, type HttpResult, type TestWorld, startWorld } from './support/app.ts'
 
 const uuidOf = (publicId: string) => publicId.replace(/^user_/, '').replace(/^(.{8})(.{4})(.{4})(.{4})(.{12})$/, '$1-$2-$3-$4-$5')
@@ -344,5 +346,25 @@ describe('the fair queue (functions/lib/admission.ts)', () => {
     await expect(queue.run('b', async () => { throw new Error('boom') })).rejects.toThrow('boom')
     expect(await queue.run('b', async () => 'next')).toBe('next')
     expect(queue.stats()).toEqual({ running: 0, waiting: 0, members: 0 })
+  })
+})
+
+describe('one request, one process', () => {
+  it('runs every statement in one process: no parallel workers, as the pool connects', async () => {
+    const world = await startWorld()
+    try {
+      const alice = await world.createUser('alice')
+      // A probe api function, called exactly as every request calls its function (functions/lib/db.ts).
+      await world.sql.unsafe(`
+        create function api.probe_parallel() returns text language sql stable set search_path = '' as $$
+          select current_setting('max_parallel_workers_per_gather')
+        $$;
+        grant execute on function api.probe_parallel() to authenticated;`)
+      const credential = { kind: 'api_key' as const, key_hash: await sha256Hex(alice.api_key) }
+      const body = await callApi(world.sql, { credential, access: 'read', read: true, publicUrl: 'http://api.test' }, 'api.probe_parallel', [])
+      expect(body).toBe('0')
+    } finally {
+      await world.close()
+    }
   })
 })

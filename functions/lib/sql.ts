@@ -72,8 +72,9 @@ export function createSql(url: string, options: SqlOptions = {}) {
       // (a count over every todo planned two workers), so the fair queue's "two of yours at once"
       // (functions/lib/admission.ts) would be six processes on the machine's two cores, and
       // another member's read would wait for CPU behind them. Lists are index walks that gain
-      // nothing from workers; what did gain was the very scans fair share must bound.
-      max_parallel_workers_per_gather: 0,
+      // nothing from workers; what did gain was the very scans fair share must bound. A string:
+      // postgres.js leaves out startup parameters whose value is falsy, 0 included.
+      max_parallel_workers_per_gather: '0',
     },
     onnotice: () => {},
     ...(options.onQuery ? { debug: (_connection: number, statement: string) => options.onQuery!(statement) } : {}),

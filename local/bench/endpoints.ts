@@ -20,6 +20,8 @@ export interface Call {
   body?: unknown
   /** Writes: the index in fixture.writers of the member who sends it (else the endpoint's `as`). */
   writer?: number
+  /** Reads: the index in fixture.readers of the member who sends it (bench.ts sets it per connection). */
+  reader?: number
 }
 
 export interface CallContext {

@@ -31,13 +31,21 @@ import type { Progress } from './progress.ts'
 /** Bumped when the generated data changes: the bench seeds again. */
 export const SEED_FORMAT = 1
 /** Bumped when what the fixture picks changes: the bench picks again without seeding. */
-export const FIXTURE_FORMAT = 3
+export const FIXTURE_FORMAT = 4
 /**
  * Members the write runs post and like as, in turn: every write that grows a table is
  * rate-limited per member (docs/rate-limits.md), so a run spreads its writes over this many
  * that each makes a few dozen per run, well under every limit, and measures the endpoint.
  */
 export const BENCH_WRITERS = 500
+/**
+ * Members the read runs read as, in turn (the reader first): the API queues each member's
+ * requests in a line of their own and runs at most half the pool of them at once
+ * (functions/lib/admission.ts), as it should for real traffic, where many members read at once.
+ * One reader behind 32 connections would measure that line, not the endpoint. Sixteen members,
+ * two connections each at 32.
+ */
+export const BENCH_READERS = 16
 
 export interface SeedOptions {
   users: number
@@ -73,6 +81,11 @@ export interface Fixture {
   writers: BenchKey[]
   /** More members with read-write keys, for endpoints that need a second party. */
   others: BenchKey[]
+  /**
+   * The read runs' members, the reader first: active public members with about as many todos
+   * and followees as the reader, so each reads a page like the reader's. Older fixtures lack it.
+   */
+  readers?: BenchKey[]
   /** A public todo with a project, an @mention and reactions. */
   todo: { id: string; number: number; reactions_count: number }
   /** A public project with todos, and a word that matches about a tenth of them. */
@@ -683,17 +696,27 @@ async function makeFixture(tx: TransactionSql, options: SeedOptions, seconds: nu
     order by abs(s.ndoc - 15), s.word
     limit 1`
 
-  // More writers: active public members besides the reader and the writer, by id (which ones
+  // More readers: like the reader (todos near 200, 20 to 60 followees), none of the others.
+  const moreReaders = await tx<{ id: string; username: string; todos_count: number }[]>`
+    select u.id, u.username, u.todos_count from app.users u
+    where u.subscription_active and u.privacy = 'public' and u.todos_count > 0
+      and u.id <> all (${members.map((m) => m.id)}::uuid[])
+      and (select count(*) from app.user_follows f where f.follower_id = u.id) between 20 and 60
+    order by abs(u.todos_count - 200), u.id
+    limit ${BENCH_READERS - 1}`
+  // More writers: active public members besides the readers and the writer, by id (which ones
   // does not matter, only that their posts and likes are spread).
   const moreWriters = await tx<{ id: string; username: string; todos_count: number }[]>`
     select u.id, u.username, u.todos_count from app.users u
     where u.subscription_active and u.privacy = 'public' and u.id <> ${reader.id} and u.id <> ${writer.id}
+      and u.id <> all (${moreReaders.map((m) => m.id)}::uuid[])
     order by u.id
     limit ${BENCH_WRITERS - 1}`
   const writerKey = await benchKey(tx, writer)
   const writers = [writerKey]
   for (const member of moreWriters) writers.push(await benchKey(tx, member))
 
+  const readerKey = await benchKey(tx, reader)
   const [mentioned] = await tx<{ username: string }[]>`
     select u.username from app.users u where u.id <> ${writer.id} order by u.followers_count desc, u.id limit 1`
 
@@ -715,7 +738,8 @@ async function makeFixture(tx: TransactionSql, options: SeedOptions, seconds: nu
     seconds,
     migrations,
     counts,
-    reader: await benchKey(tx, reader),
+    reader: readerKey,
+    readers: [readerKey, ...await Promise.all(moreReaders.map((r) => benchKey(tx, r)))],
     writer: writerKey,
     writers,
     others: await Promise.all(others.map((o) => benchKey(tx, o))),
@@ -744,7 +768,7 @@ export async function readFixture(sql: Sql): Promise<Fixture | null> {
 export async function refreshFixture(sql: Sql, previous: Fixture): Promise<Fixture> {
   return await sql.begin(async (tx) => {
     // The previous fixture's keys go: they were made for the benchmark only.
-    for (const member of [previous.reader, previous.writer, ...previous.others, ...(previous.writers ?? []).slice(1)]) {
+    for (const member of [previous.reader, previous.writer, ...previous.others, ...(previous.writers ?? []).slice(1), ...(previous.readers ?? []).slice(1)]) {
       await tx`delete from app.api_keys where key_hash = decode(${await sha256Hex(member.api_key)}, 'hex')`
     }
     const made = await makeFixture(tx, previous.options, previous.seconds)

@@ -18,6 +18,8 @@ const uuidOf = (publicId: string) => publicId.replace(/^[a-z]+_/, '').replace(/^
 const PER_SOURCE = 100
 /** Newest todos kept overall (GET /v1/todos shows the newest visible ones). */
 const NEWEST = 1000
+/** The other readers' first pages: their own newest todos and each timeline source's, a page and one. */
+const PER_SOURCE_OTHER_READERS = 26
 
 export interface SubsetInfo {
   /** The large data set it was cut from (its fixture's seeded_at and reader key). */
@@ -80,6 +82,22 @@ export async function deriveSubset(serverUrl: string, large: { name: string; fix
           cross join lateral (select t.id from app.todos t where t.project_id = s.project_id order by t.created_at desc, t.id desc limit ${PER_SOURCE}) t
           where s.user_id = '${reader}' on conflict do nothing;
         insert into keep select id from (select id from app.todos order by created_at desc, id desc limit ${NEWEST}) n on conflict do nothing`)
+      // The other readers' own first page and their timelines' (one page deep: the read runs ask for first pages).
+      const others = (f.readers ?? []).slice(1).map((r) => uuidOf(r.id))
+      if (others.length > 0) {
+        await tx.unsafe(`
+          insert into keep select t.id from unnest($1::uuid[]) as r(id)
+            cross join lateral (select t.id from app.todos t where t.user_id = r.id order by t.created_at desc, t.id desc limit ${PER_SOURCE_OTHER_READERS}) t
+            on conflict do nothing;`, [others])
+        await tx.unsafe(`
+          insert into keep select t.id from app.user_follows s
+            cross join lateral (select t.id from app.todos t where t.user_id = s.followee_id order by t.created_at desc, t.id desc limit ${PER_SOURCE_OTHER_READERS}) t
+            where s.follower_id = any ($1::uuid[]) on conflict do nothing`, [others])
+        await tx.unsafe(`
+          insert into keep select t.id from app.project_follows s
+            cross join lateral (select t.id from app.todos t where t.project_id = s.project_id order by t.created_at desc, t.id desc limit ${PER_SOURCE_OTHER_READERS}) t
+            where s.user_id = any ($1::uuid[]) on conflict do nothing`, [others])
+      }
       const [counts] = await tx<{ kept: number; total: number }[]>`select (select count(*) from keep)::int as kept, (select count(*) from app.todos)::int as total`
       const fill = Math.max(0, target - counts!.kept) / Math.max(1, counts!.total - counts!.kept)
       await tx.unsafe(`insert into keep select id from app.todos where (abs(hashint8extended(number, 77)) % 1000000) < ${Math.round(fill * 1_000_000)} on conflict do nothing`)
