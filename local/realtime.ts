@@ -33,7 +33,7 @@ import postgres, { type Sql } from 'postgres'
 import { WebSocket, WebSocketServer, type RawData } from 'ws'
 import { CONNECT_TIMEOUT_SECONDS, reconnectBackoffSeconds } from '../functions/lib/sql.ts'
 import { ACCESS_TOKEN_ROLE } from '../functions/lib/tokens.ts'
-import { canRead, canWrite, honouredTokenIds, secondsLeft, verifyRealtimeToken, type Claims, type Permission } from './realtime/authorize.ts'
+import { canRead, canWrite, honouredTokenIds, secondsLeft, verifyRealtimeToken, type Claims, type Permission, type TokenCheck } from './realtime/authorize.ts'
 import {
   CHANNELS_REASON, clientKey, DEFAULT_REALTIME_LIMITS, JOIN_RATE_REASON, MEMBER_CHANNELS_REASON, MESSAGE_RATE_MESSAGE, Slots, SOCKETS_ERROR,
   TokenBucket, type RealtimeLimits,
@@ -142,6 +142,8 @@ interface Connection {
   joining: number
   /** Refused for its rate and closing: whatever else it sent is ignored. */
   refusing: boolean
+  /** The last token verified on this socket (realtime-js sends the same one with every join). */
+  verified: { token: string; check: Promise<TokenCheck> } | null
   /** By full topic (`realtime:<sub-topic>`). */
   channels: Map<string, Channel>
   /** One queue per topic: a channel handles its messages in order, as a Phoenix channel process does. */
@@ -484,6 +486,24 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
     if (!stopping) log(`realtime: authorization check for ${JSON.stringify(subTopic)} failed: ${permission.code}: ${permission.message}`)
   }
 
+  /**
+   * A socket's joins carry the same token: its signature is checked once (100 joins at once
+   * verified one by one kept the crypto thread pool from other clients' joins), its expiry
+   * every time. Failures are not kept.
+   */
+  async function verifyOnce(conn: Connection, token: unknown): Promise<TokenCheck> {
+    if (typeof token !== 'string') return verifyRealtimeToken(options.jwtSecret, token)
+    if (conn.verified?.token === token) {
+      const kept = await conn.verified.check
+      if (kept.ok && secondsLeft(kept.claims) > 0) return kept
+    }
+    const check = verifyRealtimeToken(options.jwtSecret, token)
+    conn.verified = { token, check }
+    const checked = await check
+    if (!checked.ok && conn.verified?.check === check) conn.verified = null
+    return checked
+  }
+
   const refusedRead = (subTopic: string) => `You do not have permissions to read from this Channel topic: ${subTopic}`
 
   async function join(conn: Connection, frame: Frame) {
@@ -503,7 +523,7 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
       typeof payload.access_token === 'string' ? payload.access_token
       : typeof payload.user_token === 'string' ? payload.user_token
       : conn.apikey
-    const checked = await verifyRealtimeToken(options.jwtSecret, token)
+    const checked = await verifyOnce(conn, token)
     if (!checked.ok) return refuse(`${checked.code}: ${checked.message}`)
     if (conn.closed || conn.refusing || stopping) return
     // The channel caps, counting the joins still under way (a rejoin of a topic replaces its
@@ -748,6 +768,7 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
       messages: new TokenBucket(limits.messagesPerSocket, now),
       joining: 0,
       refusing: false,
+      verified: null,
       channels: new Map(),
       queues: new Map(),
       queued: 0,

@@ -75,11 +75,11 @@ async function gateway(options: Partial<RealtimeGatewayOptions> = {}): Promise<{
 }
 
 /** A JWT as the project would accept it: role `authenticated`, the member as `sub`. */
-function sign(sub: string): Promise<string> {
+function sign(sub: string, exp = Math.floor(Date.now() / 1000) + 3600): Promise<string> {
   return new SignJWT({ sub, role: 'authenticated', jti: randomUUID() })
     .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
     .setIssuedAt()
-    .setExpirationTime(Math.floor(Date.now() / 1000) + 3600)
+    .setExpirationTime(exp)
     .sign(new TextEncoder().encode(JWT_SECRET))
 }
 
@@ -312,6 +312,20 @@ describe('Realtime per-client limits', () => {
     expect(stats.authorizationChecks).toBe(102)
     expect(stats.maxChecksInFlightPerClient).toBe(2)
     expect(stats.refused).toEqual({ sockets: 0, joins: 0, channels: 0, messages: 0 })
+  })
+
+  it('a socket’s joins verify its token’s signature once, its expiry every time: an expired token is refused on the socket that used it', async () => {
+    const { url } = await gateway()
+    const sub = randomUUID()
+    const exp = Math.floor(Date.now() / 1000) + 2
+    const token = await sign(sub, exp)
+    const raw = await Raw.open(url, '127.0.0.24')
+    expect((await raw.reply(raw.join(`room:${sub}`, token))).payload).toMatchObject({ status: 'ok' })
+    await eventually(() => Date.now() / 1000 > exp + 1, 'the token to expire')
+    expect(reason(await raw.reply(raw.join(`room:${sub}:later`, token)))).toMatch(/^InvalidJWTToken: Token has expired \d+ seconds ago$/)
+    // A forged token after a good one is checked on its own.
+    const forged = token.slice(0, token.lastIndexOf('.') + 1) + 'x'.repeat(43)
+    expect(reason(await raw.reply(raw.join(`room:${sub}:forged`, forged)))).toBe('JwtSignatureError: Failed to validate JWT signature')
   })
 
   it('join rates are per socket and per address (a new socket brings no new allowance), refill with time, and supabase-js shows CHANNEL_ERROR with the reason', async () => {
