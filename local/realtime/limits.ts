@@ -46,7 +46,8 @@ export interface RealtimeLimits {
  * connection as on every plan; a socket may join its 100 channels at once (realtime-js rejoins
  * them all after a reconnect), then 10 a second; 200 joins at once per address (one address
  * may be a household or an office), then 20 a second, a fifth of the Free plan's 100 joins a
- * second for a whole project; messages half the Free plan's 100 a second per socket.
+ * second for a whole project; messages half the Free plan's 100 a second per socket, and that
+ * whole 100 per address.
  */
 export const DEFAULT_REALTIME_LIMITS: RealtimeLimits = {
   socketsPerAddress: 100,
@@ -55,7 +56,7 @@ export const DEFAULT_REALTIME_LIMITS: RealtimeLimits = {
   joinsPerSocket: { burst: 100, perSecond: 10 },
   joinsPerAddress: { burst: 200, perSecond: 20 },
   messagesPerSocket: { burst: 100, perSecond: 50 },
-  messagesPerAddress: { burst: 500, perSecond: 250 },
+  messagesPerAddress: { burst: 200, perSecond: 100 },
   checksPerClient: 2,
 }
 
