@@ -489,13 +489,13 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
   /**
    * A socket's joins carry the same token: its signature is checked once (100 joins at once
    * verified one by one kept the crypto thread pool from other clients' joins), its expiry
-   * every time. Failures are not kept.
+   * every time. A failure is shared by the joins that awaited it, and not kept after.
    */
   async function verifyOnce(conn: Connection, token: unknown): Promise<TokenCheck> {
     if (typeof token !== 'string') return verifyRealtimeToken(options.jwtSecret, token)
     if (conn.verified?.token === token) {
       const kept = await conn.verified.check
-      if (kept.ok && secondsLeft(kept.claims) > 0) return kept
+      if (!kept.ok || secondsLeft(kept.claims) > 0) return kept
     }
     const check = verifyRealtimeToken(options.jwtSecret, token)
     conn.verified = { token, check }

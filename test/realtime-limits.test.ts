@@ -209,8 +209,8 @@ describe('Realtime per-client limits', () => {
       channelsPerMember: 200,
       joinsPerSocket: { burst: 100, perSecond: 10 },
       joinsPerAddress: { burst: 200, perSecond: 20 },
-      messagesPerSocket: { burst: 100, perSecond: 50 },
-      messagesPerAddress: { burst: 200, perSecond: 100 },
+      messagesPerSocket: { burst: 200, perSecond: 50 },
+      messagesPerAddress: { burst: 500, perSecond: 100 },
       checksPerClient: 2,
     })
   })
@@ -380,6 +380,11 @@ describe('Realtime per-client limits', () => {
     const app = await supabaseFrom(url, '127.0.0.18', token)
     const first = await Promise.all(Array.from({ length: 100 }, (_, i) => subscribe(app, `room:${sub}:${i}`)))
     expect(first.every((s) => s.status === 'SUBSCRIBED')).toBe(true)
+    // A token refresh sends one access_token per channel at once: within the message limit, each
+    // channel's read policy is checked again, and every channel stays.
+    await app.realtime.setAuth(await sign(sub))
+    await eventually(() => gw.stats().authorizationChecks === 200, 'the 100 channels to check the new token')
+    expect(gw.stats()).toMatchObject({ channels: 100, refused: { sockets: 0, joins: 0, channels: 0, messages: 0 } })
     now += 1_000 // past the join rate: what refuses the next one is the channel cap
     expect(await subscribe(app, `room:${sub}:100`)).toMatchObject({ status: 'CHANNEL_ERROR', message: 'ChannelRateLimitReached: Too many channels' })
     expect(gw.stats()).toMatchObject({ connections: 1, channels: 100 })
@@ -399,7 +404,7 @@ describe('Realtime per-client limits', () => {
     expect((await third.reply(third.join(`room:${sub}:c`, token))).payload).toMatchObject({ status: 'ok' })
   })
 
-  it('messages: past 100 at once a socket’s frames are dropped and the channel they were for closes with "Too many messages per second"; 200 per address; the allowance refills', async () => {
+  it('messages: past 200 at once a socket’s frames are dropped and the channel they were for closes with "Too many messages per second"; 500 per address; the allowance refills', async () => {
     let now = 0
     const { gateway: gw, url } = await gateway({ clock: () => now, privateOnly: false })
     const token = await sign(randomUUID())
@@ -410,13 +415,13 @@ describe('Realtime per-client limits', () => {
     const joinRef = sender.join('lobby', token, { private: false, ack: true })
     await sender.reply(joinRef)
 
-    const refs = Array.from({ length: 101 }, (_, i) => sender.push('lobby', 'broadcast', { type: 'broadcast', event: 'n', payload: { i } }, joinRef))
-    await Promise.all(refs.slice(0, 100).map((ref) => sender.reply(ref)))
+    const refs = Array.from({ length: 201 }, (_, i) => sender.push('lobby', 'broadcast', { type: 'broadcast', event: 'n', payload: { i } }, joinRef))
+    await Promise.all(refs.slice(0, 200).map((ref) => sender.reply(ref)))
     const system = await sender.waitFor((f) => f.event === 'system', 'the system message')
     expect(system.payload).toEqual({ extension: 'system', status: 'error', message: 'Too many messages per second', channel: 'lobby' })
     await sender.waitFor((f) => f.event === 'phx_close', 'phx_close')
-    expect(sender.frames.some((f) => f.ref === refs[100])).toBe(false)
-    await eventually(() => listener.frames.filter((f) => f.event === 'broadcast').length === 100, 'the 100 broadcasts')
+    expect(sender.frames.some((f) => f.ref === refs[200])).toBe(false)
+    await eventually(() => listener.frames.filter((f) => f.event === 'broadcast').length === 200, 'the 200 broadcasts')
     expect(gw.stats().refused.messages).toBe(1)
 
     // A second later the socket has 50 more: it rejoins and is heard again.
@@ -426,17 +431,17 @@ describe('Realtime per-client limits', () => {
     await sender.reply(sender.push('lobby', 'broadcast', { type: 'broadcast', event: 'n', payload: { i: 'after' } }, rejoin))
     await listener.waitFor((f) => f.event === 'broadcast' && (f.payload as any).payload?.i === 'after', 'the broadcast after the refill')
 
-    // Per address: two sockets spend its 200 (heartbeats count); a third's first message is refused.
+    // Per address: three sockets spend its 500 (heartbeats count); a fourth's first message is refused.
     now += 60_000
-    for (let s = 0; s < 2; s++) {
+    for (const count of [200, 200, 100]) {
       const raw = await Raw.open(url, '127.0.0.23')
-      await Promise.all(Array.from({ length: 100 }, () => raw.heartbeat()).map((ref) => raw.waitFor((f) => f.ref === ref && f.topic === 'phoenix', 'a heartbeat reply')))
+      await Promise.all(Array.from({ length: count }, () => raw.heartbeat()).map((ref) => raw.waitFor((f) => f.ref === ref && f.topic === 'phoenix', 'a heartbeat reply')))
     }
-    const third = await Raw.open(url, '127.0.0.23')
-    const thirdJoin = third.join('lobby', token, { private: false })
-    await third.reply(thirdJoin)
-    third.push('lobby', 'broadcast', { type: 'broadcast', event: 'n', payload: { i: 'third' } }, thirdJoin)
-    await third.waitFor((f) => f.event === 'system' && (f.payload as any).message === 'Too many messages per second', 'the refusal')
+    const fourth = await Raw.open(url, '127.0.0.23')
+    const fourthJoin = fourth.join('lobby', token, { private: false })
+    await fourth.reply(fourthJoin)
+    fourth.push('lobby', 'broadcast', { type: 'broadcast', event: 'n', payload: { i: 'fourth' } }, fourthJoin)
+    await fourth.waitFor((f) => f.event === 'system' && (f.payload as any).message === 'Too many messages per second', 'the refusal')
     expect(gw.stats().refused.messages).toBe(2)
   })
 })

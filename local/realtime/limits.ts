@@ -47,7 +47,8 @@ export interface RealtimeLimits {
  * them all after a reconnect), then 10 a second; 200 joins at once per address (one address
  * may be a household or an office), then 20 a second, a fifth of the Free plan's 100 joins a
  * second for a whole project; messages half the Free plan's 100 a second per socket, and that
- * whole 100 per address.
+ * whole 100 per address, after a burst that lets a socket refresh the token of its 100 channels
+ * at once (realtime-js sends one `access_token` per channel) and an address do so for a few.
  */
 export const DEFAULT_REALTIME_LIMITS: RealtimeLimits = {
   socketsPerAddress: 100,
@@ -55,8 +56,8 @@ export const DEFAULT_REALTIME_LIMITS: RealtimeLimits = {
   channelsPerMember: 200,
   joinsPerSocket: { burst: 100, perSecond: 10 },
   joinsPerAddress: { burst: 200, perSecond: 20 },
-  messagesPerSocket: { burst: 100, perSecond: 50 },
-  messagesPerAddress: { burst: 200, perSecond: 100 },
+  messagesPerSocket: { burst: 200, perSecond: 50 },
+  messagesPerAddress: { burst: 500, perSecond: 100 },
   checksPerClient: 2,
 }
 
