@@ -15,8 +15,14 @@
 // - Unlike Supabase, which checks only a token's expiry, the channels of our access tokens are
 //   checked against revocation every few seconds and closed once revoked (docs/security.md).
 //
+// - Per-client limits (local/realtime/limits.ts): sockets per address, channels per socket and
+//   per member, token buckets on join attempts and messages per socket and per address, and at
+//   most a few authorization checks (database work) in flight per address and per member, so
+//   that one client's flood is refused before it is database work and never queues ahead of
+//   another client's join. Refusals are answered as Supabase answers them.
+//
 // What it does not do: presence (pushes are answered with an error), postgres_changes (joins
-// asking for it are refused), the REST broadcast endpoint, replay, rate limits, payload size
+// asking for it are refused), the REST broadcast endpoint, replay, payload size
 // limits beyond the frame limit, asymmetric JWTs (JWKS), and the apikey is not checked at
 // connect (there is no anon key locally): a join needs a valid JWT, from `access_token` or
 // else the apikey.
@@ -27,8 +33,14 @@ import postgres, { type Sql } from 'postgres'
 import { WebSocket, WebSocketServer, type RawData } from 'ws'
 import { CONNECT_TIMEOUT_SECONDS, reconnectBackoffSeconds } from '../functions/lib/sql.ts'
 import { ACCESS_TOKEN_ROLE } from '../functions/lib/tokens.ts'
-import { canRead, canWrite, honouredTokenIds, secondsLeft, verifyRealtimeToken, type Claims, type Permission } from './realtime/authorize.ts'
+import { canRead, canWrite, honouredTokenIds, secondsLeft, verifyRealtimeToken, type Claims, type Permission, type TokenCheck } from './realtime/authorize.ts'
+import {
+  CHANNELS_REASON, clientKey, DEFAULT_REALTIME_LIMITS, JOIN_RATE_REASON, MEMBER_CHANNELS_REASON, MESSAGE_RATE_MESSAGE, Slots, SOCKETS_ERROR,
+  TokenBucket, type RealtimeLimits,
+} from './realtime/limits.ts'
 import { decodeBinary, decodeText, encodeText, encodeUserBroadcast, parseVsn, type Frame, type Vsn } from './realtime/protocol.ts'
+
+export { DEFAULT_REALTIME_LIMITS, type RealtimeLimits } from './realtime/limits.ts'
 
 export const REALTIME_PATH = '/realtime/v1/websocket'
 /** The NOTIFY channel the shim's trigger on realtime.messages speaks on. */
@@ -62,6 +74,10 @@ export interface RealtimeGatewayOptions {
   maxFrameBytes?: number
   /** application_name of its connections (the listener's gets `-listen`). Default `realtime-gateway`. */
   applicationName?: string
+  /** Per-client limits; each one not given is DEFAULT_REALTIME_LIMITS' (docs/security.md). */
+  limits?: Partial<RealtimeLimits>
+  /** The rate limits' clock in ms (tests move it by hand). Default `performance.now`. */
+  clock?: () => number
   log?: (message: string, error?: unknown) => void
 }
 
@@ -74,6 +90,12 @@ export interface RealtimeStats {
   /** Database rows sent (one per row, however many sockets received it). */
   deliveredRows: number
   listenerRestarts: number
+  /** Authorization checks run, each a database transaction (joins, token refreshes, first writes). */
+  authorizationChecks: number
+  /** The most checks one address or one member has had running at once. */
+  maxChecksInFlightPerClient: number
+  /** What the per-client limits refused: upgrades, joins (rate or channel caps), messages. */
+  refused: { sockets: number; joins: number; channels: number; messages: number }
 }
 
 export interface UpgradeServer {
@@ -91,10 +113,37 @@ export interface RealtimeGateway {
   close(): Promise<void>
 }
 
+/** One address's share (an IPv4 address or an IPv6 /64: limits.ts). */
+interface Client {
+  key: string
+  sockets: number
+  joins: TokenBucket
+  messages: TokenBucket
+  checks: Slots
+}
+
+/** One member's share (a token's `sub`), over all their sockets. */
+interface Member {
+  key: string
+  channels: number
+  /** Joins under way (counted against the cap while their check runs). */
+  pending: number
+  checks: Slots
+}
+
 interface Connection {
   ws: WebSocket
   vsn: Vsn
   apikey: string | null
+  client: Client
+  joins: TokenBucket
+  messages: TokenBucket
+  /** Joins under way on this socket (counted against the channel cap while their check runs). */
+  joining: number
+  /** Refused for its rate and closing: whatever else it sent is ignored. */
+  refusing: boolean
+  /** The last token verified on this socket (realtime-js sends the same one with every join). */
+  verified: { token: string; check: Promise<TokenCheck> } | null
   /** By full topic (`realtime:<sub-topic>`). */
   channels: Map<string, Channel>
   /** One queue per topic: a channel handles its messages in order, as a Phoenix channel process does. */
@@ -117,6 +166,10 @@ interface Channel {
   /** Checked on the first broadcast, cached for the join, reset when the token changes. */
   canWrite: boolean | null
   expiryTimer: NodeJS.Timeout | null
+  /** Whose channel cap it counts against (null: a token without `sub`). */
+  member: Member | null
+  /** Closing for its socket's message rate (once). */
+  overRate: boolean
 }
 
 interface Notification {
@@ -173,6 +226,16 @@ function rejectUpgrade(socket: Duplex, status: number, text: string) {
   )
 }
 
+/** 429 with our error shape and Retry-After, as Supabase answers an upgrade past its connection cap. */
+function refuseUpgrade(socket: Duplex, error: string, retryAfterSeconds: number) {
+  const body = JSON.stringify({ error })
+  socket.on('error', () => {})
+  socket.end(
+    `HTTP/1.1 429 Too Many Requests\r\nConnection: close\r\nContent-Type: application/json\r\n` +
+      `Retry-After: ${retryAfterSeconds}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  )
+}
+
 export async function startRealtimeGateway(options: RealtimeGatewayOptions): Promise<RealtimeGateway> {
   const log = options.log ?? ((message: string, error?: unknown) => console.error(message, error ?? ''))
   const idleTimeoutMs = options.idleTimeoutMs ?? 60_000
@@ -180,6 +243,8 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
   const pingTimeoutMs = Math.min(5_000, Math.max(100, healthCheckIntervalMs))
   const maxBufferedBytes = options.maxBufferedBytes ?? 16 * 1024 * 1024
   const applicationName = options.applicationName ?? 'realtime-gateway'
+  const limits: RealtimeLimits = { ...DEFAULT_REALTIME_LIMITS, ...options.limits }
+  const clock = options.clock ?? (() => performance.now())
   const connectionOptions = { TimeZone: 'UTC', application_name: applicationName }
   // The API's reconnect pacing (functions/lib/sql.ts): while the database restarts, a join is
   // refused within a second rather than after postgres.js's backoff of up to 20 s.
@@ -201,6 +266,13 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
   let closed: Promise<void> | null = null
   let deliveredRows = 0
   let listenerRestarts = 0
+  let authorizationChecks = 0
+  let maxChecksInFlightPerClient = 0
+  const refused = { sockets: 0, joins: 0, channels: 0, messages: 0 }
+  /** By clientKey(remote address). Kept while it has sockets or its buckets are not yet full again. */
+  const clients = new Map<string, Client>()
+  /** By the token's `sub`. Kept while it has channels, joins or checks. */
+  const members = new Map<string, Member>()
 
   // --------------------------------------------------------------------------
   // Sending
@@ -232,8 +304,8 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
    * (encoded once per protocol version); raw bytes go as a kind-4 frame, to 2.0.0 sockets only.
    */
   function fanOut(key: string, topic: string, payload: Record<string, unknown>, bytes: Buffer | null, except?: Channel) {
-    const members = routes.get(key)
-    if (!members || members.size === 0) return
+    const routed = routes.get(key)
+    if (!routed || routed.size === 0) return
     const frames: Partial<Record<Vsn, string | Buffer | null>> = {}
     const frameFor = (vsn: Vsn): string | Buffer | null => {
       if (frames[vsn] !== undefined) return frames[vsn]!
@@ -243,10 +315,104 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
       frames[vsn] = frame
       return frame
     }
-    for (const channel of [...members]) {
+    for (const channel of [...routed]) {
       if (channel === except) continue
       const frame = frameFor(channel.conn.vsn)
       if (frame !== null) send(channel.conn, frame)
+    }
+  }
+
+  // --------------------------------------------------------------------------
+  // Per-client limits (local/realtime/limits.ts)
+  // --------------------------------------------------------------------------
+  function clientFor(key: string): Client {
+    let client = clients.get(key)
+    if (!client) {
+      const now = clock()
+      client = {
+        key,
+        sockets: 0,
+        joins: new TokenBucket(limits.joinsPerAddress, now),
+        messages: new TokenBucket(limits.messagesPerAddress, now),
+        checks: new Slots(limits.checksPerClient),
+      }
+      clients.set(key, client)
+    }
+    return client
+  }
+
+  /** Forgets addresses with nothing open whose allowances are whole again (so a reconnect gains nothing). */
+  function forgetIdleClients() {
+    const now = clock()
+    for (const [key, client] of clients) {
+      if (client.sockets === 0 && client.checks.idle && client.joins.full(now) && client.messages.full(now)) clients.delete(key)
+    }
+  }
+
+  function memberFor(claims: Claims): Member | null {
+    const key = typeof claims.sub === 'string' && claims.sub !== '' ? claims.sub : null
+    if (key === null) return null
+    let member = members.get(key)
+    if (!member) members.set(key, (member = { key, channels: 0, pending: 0, checks: new Slots(limits.checksPerClient) }))
+    return member
+  }
+
+  function forgetMemberIfIdle(member: Member | null) {
+    if (member && member.channels === 0 && member.pending === 0 && member.checks.idle && members.get(member.key) === member) {
+      members.delete(member.key)
+    }
+  }
+
+  /** A join attempt takes one token from the socket's bucket and one from its address's; both must have one. */
+  function takeJoin(conn: Connection): boolean {
+    const now = clock()
+    if (!conn.joins.available(now) || !conn.client.joins.available(now)) return false
+    conn.joins.take()
+    conn.client.joins.take()
+    return true
+  }
+
+  function takeMessage(conn: Connection): boolean {
+    const now = clock()
+    if (!conn.messages.available(now) || !conn.client.messages.available(now)) return false
+    conn.messages.take()
+    conn.client.messages.take()
+    return true
+  }
+
+  /**
+   * As Supabase does past its join rate: the join is answered ClientJoinRateLimitReached and the
+   * socket is disconnected. Its joins still waiting for a check are dropped (no database work).
+   */
+  function refuseJoinRate(conn: Connection, frame: Frame) {
+    refused.joins++
+    reply(conn, frame, 'error', { reason: JOIN_RATE_REASON })
+    conn.refusing = true
+    conn.ws.close(1008, 'Too many joins per second')
+    // A client that never answers the close is cut off rather than held for ws's 30 s.
+    setTimeout(() => conn.ws.terminate(), 1_000).unref()
+  }
+
+  /**
+   * Runs an authorization check (a database transaction) once the socket's address, and the
+   * token's member, each have fewer than `checksPerClient` running: a client's burst waits in its
+   * own line, and the pool keeps connections for everyone else. Null: the socket went away meanwhile.
+   */
+  async function authorize(conn: Connection, member: Member | null, run: () => Promise<Permission>): Promise<Permission | null> {
+    const { client } = conn
+    await client.checks.acquire()
+    try {
+      if (member) await member.checks.acquire()
+      try {
+        if (conn.closed || conn.refusing || stopping) return null
+        authorizationChecks++
+        maxChecksInFlightPerClient = Math.max(maxChecksInFlightPerClient, client.checks.inFlight, member?.checks.inFlight ?? 0)
+        return await run()
+      } finally {
+        member?.checks.release()
+      }
+    } finally {
+      client.checks.release()
     }
   }
 
@@ -259,10 +425,11 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
 
   function addChannel(channel: Channel) {
     channel.conn.channels.set(channel.topic, channel)
+    if (channel.member) channel.member.channels++
     const key = routingKey(channel.private, channel.subTopic)
-    let members = routes.get(key)
-    if (!members) routes.set(key, (members = new Set()))
-    members.add(channel)
+    let routed = routes.get(key)
+    if (!routed) routes.set(key, (routed = new Set()))
+    routed.add(channel)
   }
 
   function removeChannel(channel: Channel) {
@@ -270,10 +437,13 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
     channel.expiryTimer = null
     if (channel.conn.channels.get(channel.topic) === channel) channel.conn.channels.delete(channel.topic)
     const key = routingKey(channel.private, channel.subTopic)
-    const members = routes.get(key)
-    if (members) {
-      members.delete(channel)
-      if (members.size === 0) routes.delete(key)
+    const routed = routes.get(key)
+    if (routed?.delete(channel)) {
+      if (routed.size === 0) routes.delete(key)
+      if (channel.member) {
+        channel.member.channels--
+        forgetMemberIfIdle(channel.member)
+      }
     }
   }
 
@@ -316,6 +486,24 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
     if (!stopping) log(`realtime: authorization check for ${JSON.stringify(subTopic)} failed: ${permission.code}: ${permission.message}`)
   }
 
+  /**
+   * A socket's joins carry the same token: its signature is checked once (100 joins at once
+   * verified one by one kept the crypto thread pool from other clients' joins), its expiry
+   * every time. A failure is shared by the joins that awaited it, and not kept after.
+   */
+  async function verifyOnce(conn: Connection, token: unknown): Promise<TokenCheck> {
+    if (typeof token !== 'string') return verifyRealtimeToken(options.jwtSecret, token)
+    if (conn.verified?.token === token) {
+      const kept = await conn.verified.check
+      if (!kept.ok || secondsLeft(kept.claims) > 0) return kept
+    }
+    const check = verifyRealtimeToken(options.jwtSecret, token)
+    conn.verified = { token, check }
+    const checked = await check
+    if (!checked.ok && conn.verified?.check === check) conn.verified = null
+    return checked
+  }
+
   const refusedRead = (subTopic: string) => `You do not have permissions to read from this Channel topic: ${subTopic}`
 
   async function join(conn: Connection, frame: Frame) {
@@ -335,40 +523,67 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
       typeof payload.access_token === 'string' ? payload.access_token
       : typeof payload.user_token === 'string' ? payload.user_token
       : conn.apikey
-    const checked = await verifyRealtimeToken(options.jwtSecret, token)
+    const checked = await verifyOnce(conn, token)
     if (!checked.ok) return refuse(`${checked.code}: ${checked.message}`)
-    if (isPrivate) {
-      const read = await canRead(sql, subTopic, checked.claims)
-      if (!read.ok) {
-        permissionFailed(read, subTopic)
-        if (!read.policyError) return refuse(`${read.code}: ${read.message}`)
+    if (conn.closed || conn.refusing || stopping) return
+    // The channel caps, counting the joins still under way (a rejoin of a topic replaces its
+    // channel, so it adds none on this socket, nor for its member if the member is the same).
+    const replaced = conn.channels.get(frame.topic)
+    if (!replaced && conn.channels.size + conn.joining >= limits.channelsPerSocket) {
+      refused.channels++
+      return refuse(CHANNELS_REASON)
+    }
+    const member = memberFor(checked.claims)
+    if (member && replaced?.member !== member && member.channels + member.pending >= limits.channelsPerMember) {
+      refused.channels++
+      forgetMemberIfIdle(member)
+      return refuse(MEMBER_CHANNELS_REASON)
+    }
+    conn.joining++
+    if (member) member.pending++
+    try {
+      if (isPrivate) {
+        const read = await authorize(conn, member, () => canRead(sql, subTopic, checked.claims))
+        if (read === null) return
+        if (!read.ok) {
+          permissionFailed(read, subTopic)
+          if (!read.policyError) return refuse(`${read.code}: ${read.message}`)
+        }
+        if (!read.ok || !read.allowed) return refuse(`Unauthorized: ${refusedRead(subTopic)}`)
       }
-      if (!read.ok || !read.allowed) return refuse(`Unauthorized: ${refusedRead(subTopic)}`)
+      if (conn.closed || conn.refusing || stopping) return
+      const previous = conn.channels.get(frame.topic)
+      if (previous) {
+        // Phoenix closes the older channel of a duplicate join.
+        removeChannel(previous)
+        sendClose(previous)
+      }
+      const channel: Channel = {
+        conn,
+        topic: frame.topic,
+        subTopic,
+        joinRef: frame.join_ref,
+        private: isPrivate,
+        self: broadcast.self === true,
+        ack: broadcast.ack === true,
+        token: token as string,
+        claims: checked.claims,
+        canWrite: null,
+        expiryTimer: null,
+        member,
+        overRate: false,
+      }
+      // Routed before the reply: whatever commits after the client hears "ok" reaches it.
+      addChannel(channel)
+      reply(conn, frame, 'ok', { postgres_changes: [] })
+      scheduleExpiry(channel)
+    } finally {
+      conn.joining--
+      if (member) {
+        member.pending--
+        forgetMemberIfIdle(member)
+      }
     }
-    if (conn.closed || stopping) return
-    const previous = conn.channels.get(frame.topic)
-    if (previous) {
-      // Phoenix closes the older channel of a duplicate join.
-      removeChannel(previous)
-      sendClose(previous)
-    }
-    const channel: Channel = {
-      conn,
-      topic: frame.topic,
-      subTopic,
-      joinRef: frame.join_ref,
-      private: isPrivate,
-      self: broadcast.self === true,
-      ack: broadcast.ack === true,
-      token: token as string,
-      claims: checked.claims,
-      canWrite: null,
-      expiryTimer: null,
-    }
-    // Routed before the reply: whatever commits after the client hears "ok" reaches it.
-    addChannel(channel)
-    reply(conn, frame, 'ok', { postgres_changes: [] })
-    scheduleExpiry(channel)
   }
 
   function leave(channel: Channel, frame: Frame) {
@@ -384,7 +599,8 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
     const acknowledge = channel.ack && frame.ref !== null
     if (channel.private) {
       if (channel.canWrite === null) {
-        const write = await canWrite(sql, channel.subTopic, channel.claims)
+        const write = await authorize(conn, channel.member, () => canWrite(sql, channel.subTopic, channel.claims))
+        if (write === null) return
         if (!write.ok) {
           permissionFailed(write, channel.subTopic)
           if (acknowledge && isCurrent(channel)) reply(conn, frame, 'error', { reason: `${write.code}: ${write.message}` })
@@ -413,7 +629,8 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
     const checked = await verifyRealtimeToken(options.jwtSecret, token)
     if (!checked.ok) return shutdown(channel, checked.message)
     if (channel.private) {
-      const read = await canRead(sql, channel.subTopic, checked.claims)
+      const read = await authorize(channel.conn, channel.member, () => canRead(sql, channel.subTopic, checked.claims))
+      if (read === null) return
       if (!read.ok) {
         permissionFailed(read, channel.subTopic)
         if (!read.policyError) return shutdown(channel, read.message)
@@ -491,7 +708,7 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
     }
     const previous = conn.queues.get(topic) ?? Promise.resolve()
     const next = previous
-      .then(() => (conn.closed ? undefined : task()))
+      .then(() => (conn.closed || conn.refusing ? undefined : task()))
       .catch((err) => {
         if (!stopping) log(`realtime: handling a message on ${JSON.stringify(topic)} failed`, err)
       })
@@ -503,10 +720,26 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
   }
 
   function onMessage(conn: Connection, data: RawData, isBinary: boolean) {
+    if (conn.refusing) return
     conn.lastSeen = Date.now()
     const buffer = toBuffer(data)
     // Malformed frames are ignored, as a Phoenix socket that cannot decode one drops it.
     const frame = isBinary ? decodeBinary(buffer) : decodeText(buffer.toString('utf8'))
+    // Counted before anything is done for it: a join against the join rates, any other frame
+    // (malformed ones too) against the message rates.
+    if (frame?.event === 'phx_join' && frame.topic !== 'phoenix') {
+      if (!takeJoin(conn)) return refuseJoinRate(conn, frame)
+    } else if (!takeMessage(conn)) {
+      // Dropped; as Supabase closes a channel over its message rate, the channel it was for
+      // closes, after what it had already accepted (in its queue).
+      refused.messages++
+      const channel = frame ? conn.channels.get(frame.topic) : undefined
+      if (channel && !channel.overRate) {
+        channel.overRate = true
+        enqueue(conn, channel.topic, async () => shutdown(channel, MESSAGE_RATE_MESSAGE))
+      }
+      return
+    }
     if (!frame) return
     if (frame.topic === 'phoenix') {
       if (frame.event === 'heartbeat') reply(conn, frame, 'ok', {})
@@ -521,10 +754,28 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
     for (const channel of [...conn.channels.values()]) removeChannel(channel)
     conn.channels.clear()
     connections.delete(conn)
+    conn.client.sockets--
   }
 
-  function onConnection(ws: WebSocket, vsn: Vsn, apikey: string | null) {
-    const conn: Connection = { ws, vsn, apikey, channels: new Map(), queues: new Map(), queued: 0, lastSeen: Date.now(), closed: false }
+  function onConnection(ws: WebSocket, vsn: Vsn, apikey: string | null, client: Client) {
+    const now = clock()
+    const conn: Connection = {
+      ws,
+      vsn,
+      apikey,
+      client,
+      joins: new TokenBucket(limits.joinsPerSocket, now),
+      messages: new TokenBucket(limits.messagesPerSocket, now),
+      joining: 0,
+      refusing: false,
+      verified: null,
+      channels: new Map(),
+      queues: new Map(),
+      queued: 0,
+      lastSeen: Date.now(),
+      closed: false,
+    }
+    client.sockets++
     connections.add(conn)
     ws.on('message', (data, isBinary) => {
       try {
@@ -555,19 +806,26 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
       if (stopping) return rejectUpgrade(socket, 503, 'Service Unavailable')
       const vsn = parseVsn(url.searchParams.get('vsn'))
       if (!vsn) return rejectUpgrade(socket, 403, 'Unsupported protocol version (vsn 1.0.0 or 2.0.0)')
+      // The socket's own address: a header would be the client's to choose.
+      const key = clientKey(req.socket.remoteAddress)
+      if ((clients.get(key)?.sockets ?? 0) >= limits.socketsPerAddress) {
+        refused.sockets++
+        return refuseUpgrade(socket, SOCKETS_ERROR, 10)
+      }
       socket.on('error', () => {})
-      wss.handleUpgrade(req, socket, head, (ws) => onConnection(ws, vsn, url.searchParams.get('apikey')))
+      // ws calls back synchronously (no verifyClient), so the count cannot be raced past.
+      wss.handleUpgrade(req, socket, head, (ws) => onConnection(ws, vsn, url.searchParams.get('apikey'), clientFor(key)))
     }
   }
 
   // --------------------------------------------------------------------------
   // The database → channels: NOTIFY, then the committed row
   // --------------------------------------------------------------------------
-  const [clock] = await sql<{ now: string }[]>`select localtimestamp::text as now`.catch(async (err) => {
+  const [databaseNow] = await sql<{ now: string }[]>`select localtimestamp::text as now`.catch(async (err) => {
     await sql.end({ timeout: 0 })
     throw err
   })
-  const startedAt = timestampMs(clock!.now)
+  const startedAt = timestampMs(databaseNow!.now)
   /** The latest database time the listener is known to have been hearing (ms, DB clock). */
   let aliveAt = startedAt
   /** Row ids already handled (delivered or not wanted), so that a catch-up never repeats one. */
@@ -782,6 +1040,7 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
     setInterval(() => {
       const limit = Date.now() - idleTimeoutMs
       for (const conn of connections) if (conn.lastSeen < limit) conn.ws.terminate()
+      forgetIdleClients()
     }, Math.min(15_000, Math.max(1_000, Math.floor(idleTimeoutMs / 4)))),
   ]
   for (const timer of timers) timer.unref()
@@ -796,7 +1055,16 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
     stats() {
       let channels = 0
       for (const conn of connections) channels += conn.channels.size
-      return { connections: connections.size, channels, topics: routes.size, deliveredRows, listenerRestarts }
+      return {
+        connections: connections.size,
+        channels,
+        topics: routes.size,
+        deliveredRows,
+        listenerRestarts,
+        authorizationChecks,
+        maxChecksInFlightPerClient,
+        refused: { ...refused },
+      }
     },
     close() {
       stopping = true
