@@ -30,7 +30,7 @@
 //   --notifications       only the notification section (its own scratch database): POST
 //                         /v1/comments and /v1/reactions with and without the notification
 //                         triggers, push throughput to a local APNs stand-in (local/bench/notifications.ts)
-//   --fairness            only the fairness section on the large data set (about 2 minutes): one
+//   --fairness            only the fairness section on the large data set (about 3 minutes): one
 //                         member floods with 8, 16 and 32 costly requests at once while another
 //                         reads at a steady rate; the other's p50/p99 against no flood
 //                         (local/bench/fairness.ts)
@@ -587,7 +587,7 @@ async function runFairness(config: Config, dataset: Dataset, options: Options): 
       victim: { key: fx.reader.api_key, paths: ['/v1/users/me', '/v1/users/me/todos', `/v1/todos/${fx.todo.id}`] },
       flooder: { key: flooder.api_key, paths: FLOOD_PATHS },
       levels: [8, 16, 32],
-      seconds: options.duration === 10 ? 20 : options.duration,
+      seconds: options.duration === 10 ? 30 : options.duration,
       rate: 15,
       log,
     })
@@ -606,6 +606,7 @@ function printFairness(f: FairnessBench, load: number, dataset: Dataset): void {
     out(`  ${p.flood === 0 ? 'no flood ' : `flood ${String(p.flood).padStart(2)} `}: victim p50 ${fmt(v.p50, 2)} ms, p99 ${fmt(v.p99, 2)} ms, max ${fmt(v.max, 2)} ms, ` +
       `${v.ok}/${v.requests} ok ${JSON.stringify(v.statuses)}; flooder ${p.flooder.per_second}/s ${JSON.stringify(p.flooder.statuses)}`)
   }
+  out(`  no flood, both quiet phases pooled (${f.quiet.requests} reads): p50 ${fmt(f.quiet.p50, 2)} ms, p99 ${fmt(f.quiet.p99, 2)} ms`)
   for (const r of f.ratios) {
     const mark = (v: number | null) => (v !== null && v <= FAIRNESS_TARGET ? '✓' : '✗')
     out(`  flood ${String(r.flood).padStart(2)}: victim p50 ×${fmt(r.p50, 2)} ${mark(r.p50)}, p99 ×${fmt(r.p99, 2)} ${mark(r.p99)} (target ≤ ${FAIRNESS_TARGET}×)`)
