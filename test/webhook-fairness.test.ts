@@ -329,6 +329,37 @@ describe('the circuit breaker of a host', () => {
   }, 60_000)
 })
 
+describe('a host that never answers again', () => {
+  it('has its subscriptions turned off after the give-up window, postponed deliveries failed unattempted, so its backlog stops growing', async () => {
+    const options: DrainOptions = {
+      timeoutMs: 200, breakerAfter: 2, breakerCooldownMs: 300, breakerMaxCooldownMs: 300, memberCap: 1, scheduleMs: [100], jitter: 0, giveUpAfterMs: 1_500,
+    }
+    const dead = await receiverOn('127.0.0.12', hang)
+    const alice = await member('alice')
+    const sub = await subscribe(alice, `${dead.url}/hook`)
+    for (let i = 0; i < 10; i++) await postTodo(alice, `into the void ${i}`)
+    const send = nodeWebhookSender({ allowPrivate: true })
+    cleanups.push(() => send.close())
+    const state = async () => (await world.sql<{ active: boolean; disabled_reason: string | null }[]>`
+      select active, disabled_reason from app.webhook_subscriptions where id = app.from_public_id('hook', ${sub.id})`)[0]!
+    await waitUntil('the subscription is turned off', async () => {
+      await drainWebhooks(world.sql, send, options)
+      return !(await state()).active
+    })
+    expect(await state()).toEqual({ active: false, disabled_reason: 'its host gave no answer for about three days' })
+    const rows = await world.sql<{ status: string; attempts: number }[]>`
+      select status, attempts from app.webhook_deliveries where subscription_id = app.from_public_id('hook', ${sub.id})`
+    expect(rows.map((r) => r.status)).toEqual(Array(10).fill('failed'))
+    // Most were never attempted: the breaker kept them back, and the give-up did not wait for them.
+    expect(rows.filter((r) => r.attempts === 0).length).toBeGreaterThan(0)
+    expect(dead.received.length).toBeLessThan(10)
+    expect(await world.sql`select host from app.webhook_hosts where host = '127.0.0.12'`).toEqual([])
+    // Its owner sees it off in the API.
+    const [listed] = (await world.get('/v1/webhooks/subscriptions', { auth: alice.api_key })).body
+    expect(listed.active).toBe(false)
+  }, 60_000)
+})
+
 describe('the circuit breaker counts only failures in a row', () => {
   const BREAKER: DrainOptions = {
     timeoutMs: 300, breakerAfter: 3, breakerCooldownMs: 60_000, memberCap: 1, scheduleMs: [60_000], jitter: 0, giveUpAfterMs: 600_000,

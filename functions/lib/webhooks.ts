@@ -324,7 +324,8 @@ export function startDrain(sql: Sql, send: WebhookSender, options: DrainOptions 
     await sql`
       select app.record_webhook_attempt(${row.subscription_id}::uuid, ${row.todo_id}::uuid, ${response.status}::integer, ${error}::text,
         ${retryAt}::timestamptz, ${disable}::text, ${breaker.after}::integer,
-        make_interval(secs => ${breaker.cooldownSeconds}), make_interval(secs => ${breaker.maxCooldownSeconds}))`
+        make_interval(secs => ${breaker.cooldownSeconds}), make_interval(secs => ${breaker.maxCooldownSeconds}),
+        make_interval(secs => ${timing.giveUpAfterMs / 1000}))`
     if (ok) result.delivered++
     else if (retryAt) result.retrying++
     else result.failed++

@@ -88,13 +88,14 @@ comment on table app.webhook_queue is
 create index webhook_queue_turn_at_idx on app.webhook_queue (turn_at, subscription_id);
 
 create table app.webhook_hosts (
-  host       text primary key,
-  failures   integer not null default 0,
-  open_until timestamptz,
-  cooldown   interval
+  host          text primary key,
+  failures      integer not null default 0,
+  failing_since timestamptz not null default now(),
+  open_until    timestamptz,
+  cooldown      interval
 );
 comment on table app.webhook_hosts is
-  'The circuit breaker of each receiving host that failed lately (a host with no row is closed): failures counts attempts in a row that got no HTTP answer (timeout, refused or reset connection, DNS), any answer deletes the row. At breaker_after failures (5) the host opens: until open_until no delivery to it is attempted or counted as an attempt, and its subscriptions wait for open_until (app.webhook_queue); then it is half-open, and one delivery goes as the probe: an answer closes it, no answer opens it again for twice the cool-down (30 s doubling up to 10 min, cooldown holds the last one). Why: a host that never answers held a worker slot 15 s per attempt, for every delivery and retry of every subscription to it. No policy and no grant: the worker''s functions write it.';
+  'The circuit breaker of each receiving host that failed lately (a host with no row is closed): failures counts attempts in a row that got no HTTP answer (timeout, refused or reset connection, DNS), any answer deletes the row. At breaker_after failures (5) the host opens: until open_until no delivery to it is attempted or counted as an attempt, and its subscriptions wait for open_until (app.webhook_queue); then it is half-open, and one delivery goes as the probe: an answer closes it, no answer opens it again for twice the cool-down (30 s doubling up to 10 min, cooldown holds the last one). failing_since is when the failures in a row began: a host that has answered nothing for the give-up window (about three days) gets its subscriptions turned off, as a delivery that failed that long does (its deliveries were mostly never attempted, so no delivery of theirs would ever reach the window by itself, and the backlog would grow for good). Why: a host that never answers held a worker slot 15 s per attempt, for every delivery and retry of every subscription to it. No policy and no grant: the worker''s functions write it.';
 
 create table app.webhook_leases (
   subscription_id uuid not null,
@@ -234,7 +235,7 @@ begin
   loop
     taken_in_round := 0;
     for turn in
-      select q.subscription_id, s.host, s.user_id, s.active
+      select q.subscription_id, q.turn_at, s.host, s.user_id, s.active
         from app.webhook_queue q
         join app.webhook_subscriptions s on s.id = q.subscription_id
        where q.turn_at <= now()
@@ -249,7 +250,9 @@ begin
         continue;
       end if;
       if turn.host = any (full_hosts) or turn.user_id = any (full_members) then
-        update app.webhook_queue q set turn_at = now() where q.subscription_id = turn.subscription_id;
+        if turn.turn_at < now() then -- to the back (once: a second round finds it there)
+          update app.webhook_queue q set turn_at = now() where q.subscription_id = turn.subscription_id;
+        end if;
         continue;
       end if;
       select * into breaker from app.webhook_hosts h where h.host = turn.host;
@@ -336,7 +339,7 @@ comment on function app.take_webhook_deliveries(integer, interval, integer, inte
   'The worker''s claim: up to `batch` due deliveries, leased for `lease` (their next_attempt_at moved past the send) in one short statement that commits at once. Fair (issue 25): subscriptions are taken in turn (app.webhook_queue: one delivery each per round, then to the back), at most host_cap deliveries are in flight to one host and member_cap for one member across all workers (app.webhook_leases), and nothing goes to a host whose breaker is open (app.webhook_hosts; one probe when half-open). So one member''s dead receivers hold at most member_cap worker slots, and a million pending deliveries of one subscription cost a claim one index probe. Why a lease and not a lock held while sending: a transaction open for a slow receiver kept every row of its batch locked, so other members'' todo deletions and switch-offs waited on it and failed (503). Claims are serialized (an advisory lock) so the caps count exactly; rows on lease are not due, so no delivery is sent twice at once as long as the lease outlasts a send (the worker makes it so); a worker that dies leaves its rows due again when the lease ends, with the same webhook-id (at least once). The caps'' defaults are the worker''s numbers (functions/lib/webhooks.ts), which passes its own.';
 
 create function app.record_webhook_attempt(subscription uuid, todo uuid, response_status integer, error text, retry_at timestamptz, disable_reason text,
-  breaker_after integer default 5, cooldown interval default '30 seconds', max_cooldown interval default '10 minutes')
+  breaker_after integer default 5, cooldown interval default '30 seconds', max_cooldown interval default '10 minutes', give_up interval default '3 days')
 returns void
 language plpgsql
 volatile
@@ -348,9 +351,8 @@ declare
   held app.webhook_leases;
   target text;
   breaker app.webhook_hosts;
+  dead uuid;
 begin
-  delete from app.webhook_leases l where l.subscription_id = subscription and l.todo_id = todo
-  returning * into held;
   update app.webhook_deliveries d
      set attempts = d.attempts + 1,
          first_attempt_at = coalesce(d.first_attempt_at, now()),
@@ -364,6 +366,9 @@ begin
   if not delivered and disable_reason is not null then
     perform app.disable_webhook_subscription(subscription, disable_reason);
   end if;
+  -- In flight no more (after the delivery's row, in the order a claim locks them).
+  delete from app.webhook_leases l where l.subscription_id = subscription and l.todo_id = todo
+  returning * into held;
 
   -- The breaker of the host the attempt went to (the lease's: the URL may have changed since).
   target := coalesce(held.host, (select s.host from app.webhook_subscriptions s where s.id = subscription));
@@ -383,6 +388,16 @@ begin
   insert into app.webhook_hosts as h (host, failures) values (target, 1)
   on conflict (host) do update set failures = h.failures + 1
   returning * into breaker;
+  if breaker.failing_since <= now() - give_up then
+    -- Nothing but failures from this host for the whole give-up window: its subscriptions are
+    -- turned off (and their pending deliveries failed), as one delivery failing that long turns
+    -- its own off. The breaker kept most of them from ever being attempted.
+    for dead in select s.id from app.webhook_subscriptions s where s.host = target and s.active loop
+      perform app.disable_webhook_subscription(dead, 'its host gave no answer for about three days');
+    end loop;
+    delete from app.webhook_hosts h where h.host = target;
+    return;
+  end if;
   if held.probe then
     -- The probe got no answer: open again, for twice as long (at most max_cooldown).
     update app.webhook_hosts h
@@ -396,8 +411,8 @@ begin
   end if;
 end;
 $$;
-comment on function app.record_webhook_attempt(uuid, uuid, integer, text, timestamptz, text, integer, interval, interval) is
-  'Records one attempt of a delivery the worker holds: 2xx delivered; otherwise pending again at retry_at, or failed when retry_at is null. disable_reason (410 Gone, or about three days of failures) turns the subscription off. Ends the lease (app.webhook_leases) and keeps the host''s circuit breaker (app.webhook_hosts): any HTTP answer closes it; no answer (timeout, connection failure) counts, and the breaker_after-th in a row opens the host for `cooldown`; a failed probe opens it again for twice the last cool-down, at most max_cooldown. The worker computes the schedule and passes the breaker''s numbers (functions/lib/webhooks.ts) so tests can shorten them; the defaults are the same numbers.';
+comment on function app.record_webhook_attempt(uuid, uuid, integer, text, timestamptz, text, integer, interval, interval, interval) is
+  'Records one attempt of a delivery the worker holds: 2xx delivered; otherwise pending again at retry_at, or failed when retry_at is null. disable_reason (410 Gone, or about three days of failures) turns the subscription off. Ends the lease (app.webhook_leases) and keeps the host''s circuit breaker (app.webhook_hosts): any HTTP answer closes it; no answer (timeout, connection failure) counts, and the breaker_after-th in a row opens the host for `cooldown`; a failed probe opens it again for twice the last cool-down, at most max_cooldown; a host with nothing but failures for give_up has its subscriptions turned off. The worker computes the schedule and passes the breaker''s numbers (functions/lib/webhooks.ts) so tests can shorten them; the defaults are the same numbers.';
 
 create function app.disable_webhook_subscription(subscription uuid, reason text)
 returns void

@@ -19,10 +19,11 @@ DROP FUNCTION "app"."take_webhook_deliveries"(integer, interval);
 
 -- app.webhook_hosts: supabase/schemas/80_webhooks.sql
 CREATE TABLE "app"."webhook_hosts" (
-  "host"       text                     NOT NULL,
-  "failures"   integer                  NOT NULL DEFAULT 0,
-  "open_until" timestamp with time zone,
-  "cooldown"   interval,
+  "host"          text                     NOT NULL,
+  "failures"      integer                  NOT NULL DEFAULT 0,
+  "failing_since" timestamp with time zone NOT NULL DEFAULT now(),
+  "open_until"    timestamp with time zone,
+  "cooldown"      interval,
   CONSTRAINT "webhook_hosts_pkey" PRIMARY KEY (host)
 );
 
@@ -151,7 +152,8 @@ CREATE OR REPLACE FUNCTION app.record_webhook_attempt (
   disable_reason  text,
   breaker_after   integer                  DEFAULT 5,
   cooldown        interval                 DEFAULT '00:00:30'::interval,
-  max_cooldown    interval                 DEFAULT '00:10:00'::interval
+  max_cooldown    interval                 DEFAULT '00:10:00'::interval,
+  give_up         interval                 DEFAULT '3 days'::interval
 )
   RETURNS void
   LANGUAGE plpgsql
@@ -163,9 +165,8 @@ declare
   held app.webhook_leases;
   target text;
   breaker app.webhook_hosts;
+  dead uuid;
 begin
-  delete from app.webhook_leases l where l.subscription_id = subscription and l.todo_id = todo
-  returning * into held;
   update app.webhook_deliveries d
      set attempts = d.attempts + 1,
          first_attempt_at = coalesce(d.first_attempt_at, now()),
@@ -179,6 +180,9 @@ begin
   if not delivered and disable_reason is not null then
     perform app.disable_webhook_subscription(subscription, disable_reason);
   end if;
+  -- In flight no more (after the delivery's row, in the order a claim locks them).
+  delete from app.webhook_leases l where l.subscription_id = subscription and l.todo_id = todo
+  returning * into held;
 
   -- The breaker of the host the attempt went to (the lease's: the URL may have changed since).
   target := coalesce(held.host, (select s.host from app.webhook_subscriptions s where s.id = subscription));
@@ -198,6 +202,16 @@ begin
   insert into app.webhook_hosts as h (host, failures) values (target, 1)
   on conflict (host) do update set failures = h.failures + 1
   returning * into breaker;
+  if breaker.failing_since <= now() - give_up then
+    -- Nothing but failures from this host for the whole give-up window: its subscriptions are
+    -- turned off (and their pending deliveries failed), as one delivery failing that long turns
+    -- its own off. The breaker kept most of them from ever being attempted.
+    for dead in select s.id from app.webhook_subscriptions s where s.host = target and s.active loop
+      perform app.disable_webhook_subscription(dead, 'its host gave no answer for about three days');
+    end loop;
+    delete from app.webhook_hosts h where h.host = target;
+    return;
+  end if;
   if held.probe then
     -- The probe got no answer: open again, for twice as long (at most max_cooldown).
     update app.webhook_hosts h
@@ -280,7 +294,7 @@ begin
   loop
     taken_in_round := 0;
     for turn in
-      select q.subscription_id, s.host, s.user_id, s.active
+      select q.subscription_id, q.turn_at, s.host, s.user_id, s.active
         from app.webhook_queue q
         join app.webhook_subscriptions s on s.id = q.subscription_id
        where q.turn_at <= now()
@@ -295,7 +309,9 @@ begin
         continue;
       end if;
       if turn.host = any (full_hosts) or turn.user_id = any (full_members) then
-        update app.webhook_queue q set turn_at = now() where q.subscription_id = turn.subscription_id;
+        if turn.turn_at < now() then -- to the back (once: a second round finds it there)
+          update app.webhook_queue q set turn_at = now() where q.subscription_id = turn.subscription_id;
+        end if;
         continue;
       end if;
       select * into breaker from app.webhook_hosts h where h.host = turn.host;
@@ -519,7 +535,7 @@ COMMENT ON FUNCTION "api"."webhook_subscription_create"(text, text, jsonb) IS 'P
 COMMENT ON FUNCTION "api"."webhook_subscription_update"(text, text, text, jsonb, boolean) IS 'PATCH /v1/webhooks/subscriptions/{id}: every field optional (null: unchanged); project_ids [] means all projects; active=true turns a disabled subscription back on, active=false off (its pending deliveries fail). 404 for another member''s or an unknown id; 409 for a url another of the member''s subscriptions has (under the lock creation takes).';
 
 -- app.record_webhook_attempt: supabase/schemas/80_webhooks.sql
-COMMENT ON FUNCTION "app"."record_webhook_attempt"(uuid, uuid, integer, text, timestamp with time zone, text, integer, interval, interval) IS 'Records one attempt of a delivery the worker holds: 2xx delivered; otherwise pending again at retry_at, or failed when retry_at is null. disable_reason (410 Gone, or about three days of failures) turns the subscription off. Ends the lease (app.webhook_leases) and keeps the host''s circuit breaker (app.webhook_hosts): any HTTP answer closes it; no answer (timeout, connection failure) counts, and the breaker_after-th in a row opens the host for `cooldown`; a failed probe opens it again for twice the last cool-down, at most max_cooldown. The worker computes the schedule and passes the breaker''s numbers (functions/lib/webhooks.ts) so tests can shorten them; the defaults are the same numbers.';
+COMMENT ON FUNCTION "app"."record_webhook_attempt"(uuid, uuid, integer, text, timestamp with time zone, text, integer, interval, interval, interval) IS 'Records one attempt of a delivery the worker holds: 2xx delivered; otherwise pending again at retry_at, or failed when retry_at is null. disable_reason (410 Gone, or about three days of failures) turns the subscription off. Ends the lease (app.webhook_leases) and keeps the host''s circuit breaker (app.webhook_hosts): any HTTP answer closes it; no answer (timeout, connection failure) counts, and the breaker_after-th in a row opens the host for `cooldown`; a failed probe opens it again for twice the last cool-down, at most max_cooldown; a host with nothing but failures for give_up has its subscriptions turned off. The worker computes the schedule and passes the breaker''s numbers (functions/lib/webhooks.ts) so tests can shorten them; the defaults are the same numbers.';
 
 -- app.refuse_duplicate_webhook_url: supabase/schemas/80_webhooks.sql
 COMMENT ON FUNCTION "app"."refuse_duplicate_webhook_url"(uuid, text, uuid) IS '409 naming the member''s subscription that already has this url (other than except_id, the one being changed). The unique index webhook_subscriptions_user_id_url_key is what guarantees it (its violation is a 409 too); this says which subscription, under the per-member lock the callers hold. Runs as the member (RLS: only their own subscriptions).';
@@ -531,7 +547,7 @@ COMMENT ON FUNCTION "app"."take_webhook_deliveries"(integer, interval, integer, 
 COMMENT ON FUNCTION "app"."tg_webhook_deliveries__queue_turns"() IS 'Keeps app.webhook_queue from being late: a new pending delivery (the outbox trigger), a retry recorded for sooner than the lease, or a delivery brought forward by hand puts its subscription''s turn no later than its next_attempt_at (the claim moves turns later, never this). A statement trigger with transition tables: one upsert per todo, however many subscriptions it went to. Security definer: members cannot write the queue.';
 
 -- app.webhook_hosts: supabase/schemas/80_webhooks.sql
-COMMENT ON TABLE "app"."webhook_hosts" IS 'The circuit breaker of each receiving host that failed lately (a host with no row is closed): failures counts attempts in a row that got no HTTP answer (timeout, refused or reset connection, DNS), any answer deletes the row. At breaker_after failures (5) the host opens: until open_until no delivery to it is attempted or counted as an attempt, and its subscriptions wait for open_until (app.webhook_queue); then it is half-open, and one delivery goes as the probe: an answer closes it, no answer opens it again for twice the cool-down (30 s doubling up to 10 min, cooldown holds the last one). Why: a host that never answers held a worker slot 15 s per attempt, for every delivery and retry of every subscription to it. No policy and no grant: the worker''s functions write it.';
+COMMENT ON TABLE "app"."webhook_hosts" IS 'The circuit breaker of each receiving host that failed lately (a host with no row is closed): failures counts attempts in a row that got no HTTP answer (timeout, refused or reset connection, DNS), any answer deletes the row. At breaker_after failures (5) the host opens: until open_until no delivery to it is attempted or counted as an attempt, and its subscriptions wait for open_until (app.webhook_queue); then it is half-open, and one delivery goes as the probe: an answer closes it, no answer opens it again for twice the cool-down (30 s doubling up to 10 min, cooldown holds the last one). failing_since is when the failures in a row began: a host that has answered nothing for the give-up window (about three days) gets its subscriptions turned off, as a delivery that failed that long does (its deliveries were mostly never attempted, so no delivery of theirs would ever reach the window by itself, and the backlog would grow for good). Why: a host that never answers held a worker slot 15 s per attempt, for every delivery and retry of every subscription to it. No policy and no grant: the worker''s functions write it.';
 
 -- app.webhook_leases: supabase/schemas/80_webhooks.sql
 COMMENT ON TABLE "app"."webhook_leases" IS 'Deliveries in flight (claimed, not yet recorded), with the host and member they count against: the per-host cap (8) and per-member cap (5) of app.take_webhook_deliveries count these rows, in the database, so that every worker (npm start, npm run webhook-worker, each edge invocation) shares them. until is the claim''s lease: a worker that dies stops counting when it ends. No foreign keys on purpose: a request stays in flight when its todo or subscription is deleted, and must keep counting until it ends (recorded, or the lease over). No policy and no grant: the worker''s functions write it.';
@@ -540,10 +556,10 @@ COMMENT ON TABLE "app"."webhook_leases" IS 'Deliveries in flight (claimed, not y
 COMMENT ON TABLE "app"."webhook_queue" IS 'Whose turn it is (issue 25, webhook fairness): one row per subscription that may have pending deliveries, turn_at no later than its next due delivery. The claim (app.take_webhook_deliveries) walks it by turn_at and takes one delivery per subscription per round, then sends the subscription to the back (turn_at = now()), so a backlog of one subscription (a million rows for a dead receiver) costs each claim one row, never a scan, and cannot fill a batch. Kept by triggers on app.webhook_deliveries (a new or brought-forward delivery moves its subscription''s turn earlier, never later); the claim moves turns later (served, postponed by a breaker or a cap) and deletes the rows of subscriptions with nothing pending or switched off. No policy and no grant: only the worker''s functions and triggers touch it.';
 
 -- app.record_webhook_attempt: supabase/schemas/80_webhooks.sql
-REVOKE ALL ON FUNCTION "app"."record_webhook_attempt"(uuid, uuid, integer, text, timestamp WITH time zone, text, integer, interval, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION "app"."record_webhook_attempt"(uuid, uuid, integer, text, timestamp WITH time zone, text, integer, interval, interval, interval) FROM PUBLIC;
 
 -- app.record_webhook_attempt: supabase/schemas/80_webhooks.sql
-GRANT EXECUTE ON FUNCTION "app"."record_webhook_attempt"(uuid, uuid, integer, text, timestamp WITH time zone, text, integer, interval, interval) TO "postgres";
+GRANT EXECUTE ON FUNCTION "app"."record_webhook_attempt"(uuid, uuid, integer, text, timestamp WITH time zone, text, integer, interval, interval, interval) TO "postgres";
 
 -- app.refuse_duplicate_webhook_url: supabase/schemas/80_webhooks.sql
 REVOKE ALL ON FUNCTION "app"."refuse_duplicate_webhook_url"(uuid, text, uuid) FROM PUBLIC;
