@@ -272,24 +272,28 @@ CREATE OR REPLACE FUNCTION app.take_webhook_deliveries (
 #variable_conflict use_column
 declare
   turn record;
-  breaker app.webhook_hosts;
-  head record;
-  in_flight integer;
-  cap integer;
+  state record;
+  head uuid;
+  next_at timestamptz;
   -- Rows of the queue looked at in one claim, at most: bounds the claim however many
   -- subscriptions wait behind a cap (they go to the back of the queue and the next claim goes on).
   most_visits constant integer := batch * 4 + 16;
   visits integer := 0;
   taken_in_round integer;
+  -- What this claim takes, one element per delivery; written at the end, in three statements.
   subscriptions uuid[] := '{}';
   todos uuid[] := '{}';
+  hosts text[] := '{}';
+  members uuid[] := '{}';
+  probes boolean[] := '{}';
   full_hosts text[] := '{}';
   full_members uuid[] := '{}';
 begin
   -- One claim at a time: the caps below count the leases of every claim before this one. A
   -- claim is a few index probes per delivery; the lock is held for as long.
   perform pg_advisory_xact_lock(hashtextextended('app.take_webhook_deliveries', 0));
-  delete from app.webhook_leases l where l.until <= now(); -- workers that died mid-send
+  -- Leases of workers that died mid-send (a table of the deliveries in flight: a few rows).
+  delete from app.webhook_leases l where l.until <= now();
   <<rounds>>
   loop
     taken_in_round := 0;
@@ -314,69 +318,71 @@ begin
         end if;
         continue;
       end if;
-      select * into breaker from app.webhook_hosts h where h.host = turn.host;
-      if breaker.open_until > now() then
+      -- The host's breaker and what is in flight to the host and for the member (leases, and
+      -- what this claim took).
+      select h.open_until,
+             (select count(*) from app.webhook_leases l where l.host = turn.host)
+               + coalesce(cardinality(array_positions(hosts, turn.host)), 0) as to_host,
+             (select count(*) from app.webhook_leases l where l.user_id = turn.user_id)
+               + coalesce(cardinality(array_positions(members, turn.user_id)), 0) as for_member
+        into state
+        from (select) one
+        left join app.webhook_hosts h on h.host = turn.host;
+      if state.open_until > now() then
         -- Open: nothing goes to the host, and its subscriptions are not looked at again, until
         -- the cool-down ends. Their deliveries are not attempted, so no attempt is counted.
-        update app.webhook_queue q set turn_at = breaker.open_until where q.subscription_id = turn.subscription_id;
+        update app.webhook_queue q set turn_at = state.open_until where q.subscription_id = turn.subscription_id;
         continue;
       end if;
       -- Half-open (the cool-down is over, the breaker not closed yet): one probe at a time.
-      cap := case when breaker.open_until is null then host_cap else 1 end;
-      select count(*) into in_flight from app.webhook_leases l where l.host = turn.host;
-      if in_flight >= cap then
+      if state.to_host >= (case when state.open_until is null then host_cap else 1 end) then
         full_hosts := full_hosts || turn.host;
         update app.webhook_queue q
-           set turn_at = case when breaker.open_until is null then now()
+           set turn_at = case when state.open_until is null then now()
                               -- behind the probe: its answer wakes them (app.record_webhook_attempt)
-                              else coalesce((select max(l.until) from app.webhook_leases l where l.host = turn.host), now()) end
+                              else coalesce((select max(l.until) from app.webhook_leases l where l.host = turn.host), now() + lease) end
          where q.subscription_id = turn.subscription_id;
         continue;
       end if;
-      select count(*) into in_flight from app.webhook_leases l where l.user_id = turn.user_id;
-      if in_flight >= member_cap then
+      if state.for_member >= member_cap then
         full_members := full_members || turn.user_id;
         update app.webhook_queue q set turn_at = now() where q.subscription_id = turn.subscription_id;
         continue;
       end if;
-      -- The subscription's next delivery (skip locked: one a deletion holds is left to it).
-      select d.todo_id, d.next_attempt_at into head
+      -- The subscription's next due delivery that this claim has not taken (skip locked: one a
+      -- deletion holds is left to it).
+      select d.todo_id into head
         from app.webhook_deliveries d
-       where d.subscription_id = turn.subscription_id and d.status = 'pending'
+       where d.subscription_id = turn.subscription_id and d.status = 'pending' and d.next_attempt_at <= now()
+         and d.todo_id <> all (array(select c.t from unnest(subscriptions, todos) c(s, t) where c.s = turn.subscription_id))
        order by d.next_attempt_at
        limit 1
          for update of d skip locked;
-      if head.todo_id is null then
-        if exists (select 1 from app.webhook_deliveries d where d.subscription_id = turn.subscription_id and d.status = 'pending') then
-          update app.webhook_queue q set turn_at = now() where q.subscription_id = turn.subscription_id;
-        else
-          -- Nothing pending. The row is locked by this claim, so a todo committing now waits
-          -- and writes it again after.
-          delete from app.webhook_queue q where q.subscription_id = turn.subscription_id;
+      if head is null then
+        -- Taken from already in this claim (its turn is set below), or nothing due: the queue
+        -- was early (its turn becomes its next delivery's), a deletion holds the due one (to the
+        -- back), or nothing is pending (its row goes; the row is locked by this claim, so a todo
+        -- committing now waits, and writes it again after).
+        if turn.subscription_id <> all (subscriptions) then
+          next_at := (select d.next_attempt_at from app.webhook_deliveries d
+                       where d.subscription_id = turn.subscription_id and d.status = 'pending'
+                       order by d.next_attempt_at limit 1);
+          if next_at is null then
+            delete from app.webhook_queue q where q.subscription_id = turn.subscription_id;
+          else
+            update app.webhook_queue q set turn_at = greatest(now(), next_at) where q.subscription_id = turn.subscription_id;
+          end if;
         end if;
         continue;
       end if;
-      if head.next_attempt_at > now() then
-        update app.webhook_queue q set turn_at = head.next_attempt_at where q.subscription_id = turn.subscription_id;
-        continue;
-      end if;
-      update app.webhook_deliveries d set next_attempt_at = now() + lease
-       where d.subscription_id = turn.subscription_id and d.todo_id = head.todo_id;
-      insert into app.webhook_leases as l (subscription_id, todo_id, host, user_id, probe, until)
-      values (turn.subscription_id, head.todo_id, turn.host, turn.user_id, breaker.open_until is not null, now() + lease)
-      on conflict on constraint webhook_leases_pkey do update
-        set host = excluded.host, user_id = excluded.user_id, probe = excluded.probe, until = excluded.until;
-      -- To the back of the queue, or to when its next delivery is due.
-      update app.webhook_queue q
-         set turn_at = greatest(now(), (select d.next_attempt_at from app.webhook_deliveries d
-                                         where d.subscription_id = turn.subscription_id and d.status = 'pending'
-                                         order by d.next_attempt_at limit 1))
-       where q.subscription_id = turn.subscription_id;
-      if breaker.open_until is not null then
+      subscriptions := subscriptions || turn.subscription_id;
+      todos := todos || head;
+      hosts := hosts || turn.host;
+      members := members || turn.user_id;
+      probes := probes || (state.open_until is not null);
+      if state.open_until is not null then
         full_hosts := full_hosts || turn.host; -- the probe is the only one
       end if;
-      subscriptions := subscriptions || turn.subscription_id;
-      todos := todos || head.todo_id;
       taken_in_round := taken_in_round + 1;
       exit rounds when cardinality(todos) >= batch;
     end loop;
@@ -384,6 +390,23 @@ begin
     -- delivery only after every other due subscription got its first) and visits are left.
     exit rounds when taken_in_round = 0 or visits >= most_visits;
   end loop;
+
+  if cardinality(todos) > 0 then
+    update app.webhook_deliveries d set next_attempt_at = now() + lease
+      from unnest(subscriptions, todos) c(s, t)
+     where d.subscription_id = c.s and d.todo_id = c.t;
+    insert into app.webhook_leases as l (subscription_id, todo_id, host, user_id, probe, until)
+    select c.s, c.t, c.h, c.m, c.p, now() + lease
+      from unnest(subscriptions, todos, hosts, members, probes) c(s, t, h, m, p)
+    on conflict on constraint webhook_leases_pkey do update
+      set host = excluded.host, user_id = excluded.user_id, probe = excluded.probe, until = excluded.until;
+    -- The subscriptions served go to the back of the queue, or to when their next delivery is due.
+    update app.webhook_queue q
+       set turn_at = greatest(now(), (select d.next_attempt_at from app.webhook_deliveries d
+                                       where d.subscription_id = q.subscription_id and d.status = 'pending'
+                                       order by d.next_attempt_at limit 1))
+     where q.subscription_id = any (subscriptions);
+  end if;
   return query
     select c.subscription_id, c.todo_id, app.webhook_id(c.subscription_id, c.todo_id), s.url, k.secret, e.payload::text, d.attempts, d.first_attempt_at
       from unnest(subscriptions, todos) with ordinality c(subscription_id, todo_id, n)
