@@ -443,10 +443,12 @@ describe('the claim at scale', () => {
     expect(open.idx_tup_fetch).toBeLessThan(20)
     await world.sql`delete from app.webhook_hosts`
 
-    // Closed but at its cap (8 deliveries in flight to it): the same.
+    // Closed but at its cap (8 deliveries in flight to it, of members of its own): the same.
+    const others = await Promise.all(Array.from({ length: 2 }, () => member('carol')))
     await world.sql`
       insert into app.webhook_leases (subscription_id, todo_id, host, user_id, until)
-      select gen_random_uuid(), gen_random_uuid(), '127.0.0.10', gen_random_uuid(), now() + interval '1 minute' from generate_series(1, 8)`
+      select gen_random_uuid(), gen_random_uuid(), '127.0.0.10', app.from_public_id('user', (${others.map((o) => o.id)}::text[])[1 + g % 2]), now() + interval '1 minute'
+        from generate_series(1, 8) g`
     const capped = await claimOnce(5)
     expect(capped.claimed).toEqual([bobsSub])
     expect(capped.seq_scan).toBe(0)

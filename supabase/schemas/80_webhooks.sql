@@ -101,13 +101,13 @@ create table app.webhook_leases (
   subscription_id uuid not null,
   todo_id         uuid not null,
   host            text not null,
-  user_id         uuid not null,
+  user_id         uuid not null references app.users(id) on delete cascade,
   probe           boolean not null default false,
   until           timestamptz not null,
   constraint webhook_leases_pkey primary key (subscription_id, todo_id)
 );
 comment on table app.webhook_leases is
-  'Deliveries in flight (claimed, not yet recorded), with the host and member they count against: the per-host cap (8) and per-member cap (5) of app.take_webhook_deliveries count these rows, in the database, so that every worker (npm start, npm run webhook-worker, each edge invocation) shares them. until is the claim''s lease: a worker that dies stops counting when it ends. No foreign keys on purpose: a request stays in flight when its todo or subscription is deleted, and must keep counting until it ends (recorded, or the lease over). No policy and no grant: the worker''s functions write it.';
+  'Deliveries in flight (claimed, not yet recorded), with the host and member they count against: the per-host cap (8) and per-member cap (5) of app.take_webhook_deliveries count these rows, in the database, so that every worker (npm start, npm run webhook-worker, each edge invocation) shares them. until is the claim''s lease: a worker that dies stops counting when it ends. No foreign key to the delivery or the subscription, on purpose: a request stays in flight when its todo or subscription is deleted, and must keep counting until it ends (recorded, or the lease over), or deleting one would free a slot for the next. The member''s is one: a deleted account takes its leases along (no row of it is left). No policy and no grant: the worker''s functions write it.';
 create index webhook_leases_host_idx on app.webhook_leases (host, until);
 create index webhook_leases_user_id_idx on app.webhook_leases (user_id, until);
 create index webhook_leases_until_idx on app.webhook_leases (until);
