@@ -21,9 +21,12 @@ const cleanups: (() => Promise<void>)[] = []
 beforeAll(async () => {
   world = await startWorld({ webhookAllowPrivate: true })
 })
+// Each test starts with no subscription, no breaker and nothing in flight.
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup()
   await world.sql`delete from app.webhook_subscriptions`
+  await world.sql`delete from app.webhook_hosts`
+  await world.sql`delete from app.webhook_leases`
 })
 afterAll(() => world.close())
 
@@ -263,11 +266,12 @@ describe('the per-member cap', () => {
 })
 
 describe('the circuit breaker of a host', () => {
-  // Short numbers, the same logic: 3 attempts without an answer in a row open the host for
-  // 0.8 s, and a failed probe doubles that. One delivery in flight at a time (memberCap 1), so
-  // the attempts happen in a known order.
+  // Short numbers, the same logic: 3 attempts without an answer in a row open the host for 2 s
+  // (long enough for the drains that must find it open, on a busy machine), and a failed probe
+  // doubles that. One delivery in flight at a time (memberCap 1), so the attempts happen in a
+  // known order.
   const BREAKER: DrainOptions = {
-    timeoutMs: 300, breakerAfter: 3, breakerCooldownMs: 800, breakerMaxCooldownMs: 5_000, memberCap: 1,
+    timeoutMs: 300, breakerAfter: 3, breakerCooldownMs: 2_000, breakerMaxCooldownMs: 10_000, memberCap: 1,
     scheduleMs: [100], jitter: 0, giveUpAfterMs: 600_000,
   }
   const hostRow = async (host: string) =>
@@ -299,26 +303,26 @@ describe('the circuit breaker of a host', () => {
 
     expect(await drainWebhooks(world.sql, send, BREAKER)).toEqual({ delivered: 0, retrying: 3, failed: 0 })
     expect(dead.received).toHaveLength(3)
-    expect(await hostRow('127.0.0.7')).toEqual({ failures: 3, open: true, cooldown_ms: 800 })
+    expect(await hostRow(dead.host)).toEqual({ failures: 3, open: true, cooldown_ms: 2_000 })
     // Open: nothing is attempted, and the postponed deliveries count no attempt.
     expect(await drainWebhooks(world.sql, send, BREAKER)).toEqual({ delivered: 0, retrying: 0, failed: 0 })
     expect(dead.received).toHaveLength(3)
     expect((await deliveryRows(alice)).map((d) => d.attempts)).toEqual([1, 1, 1, 0, 0, 0])
 
     // Half-open: two workers drain at once, and one delivery goes, as the probe. It fails.
-    await waitForCooldown('127.0.0.7')
+    await waitForCooldown(dead.host)
     const results = await twoWorkers(BREAKER)
     expect(results.reduce((n, r) => n + r.retrying, 0)).toBe(1)
     expect(dead.received).toHaveLength(4)
-    expect(await hostRow('127.0.0.7')).toEqual({ failures: 4, open: true, cooldown_ms: 1600 })
+    expect(await hostRow(dead.host)).toEqual({ failures: 4, open: true, cooldown_ms: 4_000 })
     // The probe was the delivery due first (the oldest never tried); the others counted nothing.
     expect((await deliveryRows(alice)).map((d) => d.attempts)).toEqual([1, 1, 1, 1, 0, 0])
 
     // The host is back: the next probe is answered, the breaker closes, and everything goes.
     answering = true
-    await waitForCooldown('127.0.0.7')
+    await waitForCooldown(dead.host)
     expect(await drainWebhooks(world.sql, send, BREAKER)).toEqual({ delivered: 6, retrying: 0, failed: 0 })
-    expect(await hostRow('127.0.0.7')).toBeNull()
+    expect(await hostRow(dead.host)).toBeNull()
     const rows = await deliveryRows(alice)
     expect(rows.map((d) => d.status)).toEqual(Array(6).fill('delivered'))
     // One attempt each without an answer (the four that were tried while it was down), and one
@@ -327,6 +331,29 @@ describe('the circuit breaker of a host', () => {
     const answered = dead.received.slice(4).map((r) => r.headers['webhook-id'])
     expect(answered.sort()).toEqual(rows.map((d) => d.webhook_id).sort())
   }, 60_000)
+})
+
+describe('a host is its name and port', () => {
+  it('another member\'s subscriptions to a silent port of your receiver\'s machine open that port\'s breaker, not yours, and take none of your slots', async () => {
+    const options: DrainOptions = { timeoutMs: 300, breakerAfter: 2, breakerCooldownMs: 60_000, hostCap: 2, scheduleMs: [60_000], jitter: 0, giveUpAfterMs: 600_000 }
+    const victimReceiver = await receiverOn('127.0.0.13')
+    const silent = await receiverOn('127.0.0.13', hang)
+    const mallory = await member('mallory')
+    const bob = await member('bob')
+    for (let i = 0; i < 4; i++) await subscribe(mallory, `${silent.url}/hook/${i}`)
+    await subscribe(bob, `${victimReceiver.url}/bob`)
+    await postTodo(mallory, 'to the silent port')
+    const send = nodeWebhookSender({ allowPrivate: true })
+    cleanups.push(() => send.close())
+    // Two at a time time out; the second failure in a row opens it (a third may be under way).
+    expect((await drainWebhooks(world.sql, send, options)).retrying).toBeGreaterThanOrEqual(2)
+    const open = await world.sql`select host from app.webhook_hosts where open_until > now() and host in ${world.sql([silent.host, victimReceiver.host])}`
+    expect(open).toEqual([{ host: silent.host }])
+    // Bob's receiver on the same machine: nothing held back, every slot of its own.
+    await postTodo(bob, 'to my receiver')
+    expect(await drainWebhooks(world.sql, send, options)).toEqual({ delivered: 1, retrying: 0, failed: 0 })
+    expect(victimReceiver.received).toHaveLength(1)
+  }, 30_000)
 })
 
 describe('a host that never answers again', () => {
@@ -353,7 +380,7 @@ describe('a host that never answers again', () => {
     // Most were never attempted: the breaker kept them back, and the give-up did not wait for them.
     expect(rows.filter((r) => r.attempts === 0).length).toBeGreaterThan(0)
     expect(dead.received.length).toBeLessThan(10)
-    expect(await world.sql`select host from app.webhook_hosts where host = '127.0.0.12'`).toEqual([])
+    expect(await world.sql`select host from app.webhook_hosts where host = ${dead.host}`).toEqual([])
     // Its owner sees it off in the API.
     const [listed] = (await world.get('/v1/webhooks/subscriptions', { auth: alice.api_key })).body
     expect(listed.active).toBe(false)
@@ -380,7 +407,7 @@ describe('the circuit breaker counts only failures in a row', () => {
     // Without the 500 resetting it, the host would have opened after the 4th attempt.
     expect(await drainWebhooks(world.sql, send, BREAKER)).toEqual({ delivered: 0, retrying: 6, failed: 0 })
     expect(flaky.received).toHaveLength(6)
-    const [row] = await world.sql`select failures, open_until > now() as open from app.webhook_hosts where host = '127.0.0.8'`
+    const [row] = await world.sql`select failures, open_until > now() as open from app.webhook_hosts where host = ${flaky.host}`
     expect(row).toEqual({ failures: 3, open: true })
 
     // Nobody listens on 127.0.0.9: connections are refused at once, and three open it too.
@@ -388,7 +415,7 @@ describe('the circuit breaker counts only failures in a row', () => {
     await subscribe(bob, `http://127.0.0.9:${flaky.port}/nobody`)
     for (let i = 0; i < 5; i++) await postTodo(bob, `refused ${i}`)
     expect(await drainWebhooks(world.sql, send, BREAKER)).toEqual({ delivered: 0, retrying: 3, failed: 0 })
-    const [refused] = await world.sql`select failures, open_until > now() as open from app.webhook_hosts where host = '127.0.0.9'`
+    const [refused] = await world.sql`select failures, open_until > now() as open from app.webhook_hosts where host = ${`127.0.0.9:${flaky.port}`}`
     expect(refused).toEqual({ failures: 3, open: true })
   }, 30_000)
 })
@@ -436,7 +463,7 @@ describe('the claim at scale', () => {
     const bobsSub = (await world.sql`select app.to_public_id('hook', id) as id from app.webhook_subscriptions where url like ${`${receiver.url}%`}`)[0]!.id as string
 
     // Open: the dead subscription is looked at once and put off until the cool-down ends.
-    await world.sql`insert into app.webhook_hosts (host, failures, open_until, cooldown) values ('127.0.0.10', 5, now() + interval '1 hour', interval '1 hour')`
+    await world.sql`insert into app.webhook_hosts (host, failures, open_until, cooldown) values ('127.0.0.10:9', 5, now() + interval '1 hour', interval '1 hour')`
     const open = await claimOnce(5)
     expect(open.claimed).toEqual([bobsSub])
     expect(open.seq_scan).toBe(0)
@@ -447,7 +474,7 @@ describe('the claim at scale', () => {
     const others = await Promise.all(Array.from({ length: 2 }, () => member('carol')))
     await world.sql`
       insert into app.webhook_leases (subscription_id, todo_id, host, user_id, until)
-      select gen_random_uuid(), gen_random_uuid(), '127.0.0.10', app.from_public_id('user', (${others.map((o) => o.id)}::text[])[1 + g % 2]), now() + interval '1 minute'
+      select gen_random_uuid(), gen_random_uuid(), '127.0.0.10:9', app.from_public_id('user', (${others.map((o) => o.id)}::text[])[1 + g % 2]), now() + interval '1 minute'
         from generate_series(1, 8) g`
     const capped = await claimOnce(5)
     expect(capped.claimed).toEqual([bobsSub])

@@ -51,8 +51,9 @@ export const DELIVERY_TIMEOUT_MS = 15_000
 export const MAX_RETRY_AFTER_MS = 36_000_000
 /**
  * Fairness (issue 25; docs/security.md, "Webhook fairness"). At most this many deliveries are in
- * flight to one host (the URL's host name), across every worker: the database counts them
- * (app.webhook_leases). Eight is the Node sender's connections per origin.
+ * flight to one host (the URL's host, name and port: webhook_subscriptions.host), across every
+ * worker: the database counts them (app.webhook_leases). Eight is the Node sender's connections
+ * per origin.
  */
 export const HOST_CONCURRENCY = 8
 /**

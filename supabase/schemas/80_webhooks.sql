@@ -24,7 +24,7 @@ create table app.webhook_subscriptions (
   disabled_reason text,
   created_at      timestamptz not null default now(),
   updated_at      timestamptz not null default now(),
-  host            text generated always as (lower(substring(url from '^[A-Za-z][A-Za-z0-9+.-]*://(\[[^]]*\]|[^/:?#]*)'))) stored
+  host            text generated always as (lower(substring(url from '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)'))) stored
 );
 comment on table app.webhook_subscriptions is
   'A member''s webhook subscription (SPEC "Webhook subscriptions"): new todos of user_id go to url, all of them when project_ids is empty, else those mentioning one of project_ids. The signing secret lives apart, in app.webhook_secrets, so no member''s grant ever reaches it.';
@@ -33,7 +33,7 @@ comment on column app.webhook_subscriptions.project_ids is
 comment on column app.webhook_subscriptions.active is
   'False once deliveries failed for about three days or the receiver answered 410 Gone (disabled_reason says which); the owner turns it back on with PATCH active=true. Inactive subscriptions get no new deliveries.';
 comment on column app.webhook_subscriptions.host is
-  'The URL''s host name, lower-cased (the URL is stored parsed, so it already is; an IPv6 literal keeps its brackets): what the per-host concurrency cap and circuit breaker of the worker count by (app.webhook_hosts, app.webhook_leases). Not the port: receivers on one name share its machine.';
+  'The URL''s host as the URL standard means it: the host name and the port when it is not the scheme''s default (hooks.example.com, hooks.example.com:8443, [::1]:8080), lower-cased (the URL is stored parsed, so it already is). What the per-host concurrency cap and the circuit breaker of the worker count by (app.webhook_hosts, app.webhook_leases). With the port, because another member''s subscriptions to a closed or silent port of your receiver''s machine must not open your receiver''s breaker or take its slots; one member''s many ports are held back by the per-member cap.';
 create index webhook_subscriptions_user_id_idx on app.webhook_subscriptions (user_id, created_at, id);
 -- One subscription per URL and member (issue 25): a second one to the same URL only sent every
 -- todo twice, and twenty of them multiplied what one dead receiver cost the worker (409).

@@ -41,7 +41,8 @@ export async function startReceiver(handler: Handler = (_req, res) => { res.end(
   const port = await new Promise<number>((resolve) => server.listen(0, host, () => resolve((server.address() as { port: number }).port)))
   return {
     port,
-    host,
+    /** The URL's host, name and port, as the worker's per-host cap and breaker count it. */
+    host: `${host}:${port}`,
     url: `http://${host}:${port}`,
     received,
     /** Replaces how requests are answered from now on. */

@@ -59,7 +59,7 @@ ALTER TABLE "app"."webhook_queue"
 
 -- app.webhook_subscriptions: supabase/schemas/80_webhooks.sql
 ALTER TABLE "app"."webhook_subscriptions"
-  ADD COLUMN "host" text GENERATED ALWAYS AS (lower("substring"(url, '^[A-Za-z][A-Za-z0-9+.-]*://(\[[^]]*\]|[^/:?#]*)'::text))) STORED;
+  ADD COLUMN "host" text GENERATED ALWAYS AS (lower("substring"(url, '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)'::text))) STORED;
 
 -- api.webhook_subscription_create: supabase/schemas/80_webhooks.sql
 CREATE OR REPLACE FUNCTION api.webhook_subscription_create (
@@ -553,7 +553,7 @@ CREATE TRIGGER _100_queue_turns_on_update
   EXECUTE FUNCTION app.tg_webhook_deliveries__queue_turns();
 
 -- app.webhook_subscriptions: supabase/schemas/80_webhooks.sql
-COMMENT ON COLUMN "app"."webhook_subscriptions"."host" IS 'The URL''s host name, lower-cased (the URL is stored parsed, so it already is; an IPv6 literal keeps its brackets): what the per-host concurrency cap and circuit breaker of the worker count by (app.webhook_hosts, app.webhook_leases). Not the port: receivers on one name share its machine.';
+COMMENT ON COLUMN "app"."webhook_subscriptions"."host" IS 'The URL''s host as the URL standard means it: the host name and the port when it is not the scheme''s default (hooks.example.com, hooks.example.com:8443, [::1]:8080), lower-cased (the URL is stored parsed, so it already is). What the per-host concurrency cap and the circuit breaker of the worker count by (app.webhook_hosts, app.webhook_leases). With the port, because another member''s subscriptions to a closed or silent port of your receiver''s machine must not open your receiver''s breaker or take its slots; one member''s many ports are held back by the per-member cap.';
 
 -- api.webhook_subscription_create: supabase/schemas/80_webhooks.sql
 COMMENT ON FUNCTION "api"."webhook_subscription_create"(text, text, jsonb) IS 'POST /v1/webhooks/subscriptions: 201 with the signing secret, shown only here. The URL is checked by the HTTP layer (absolute https; http only with WEBHOOK_ALLOW_PRIVATE=1); here event_type (422), project_ids (422 unknown or not visible), a URL the member already subscribes to (409, issue 25), the cap of 20 per member (422), both under a per-member lock, then the rate limit (webhook_subscription_create, 429).';
