@@ -9,7 +9,7 @@ import { openDatabase } from './database.ts'
 import { migrate } from './migrate.ts'
 import { startRealtimeGateway } from './realtime.ts'
 import { localStorage, runStorageMaintenance } from './storage.ts'
-import { runWebhookWorker } from './webhook-runner.ts'
+import { LOCAL_WEBHOOK_DRAIN, runWebhookWorker } from './webhook-runner.ts'
 import { runExportWorker } from './export-runner.ts'
 import { nodeWebhookSender } from './webhook-sender.ts'
 import { closeAfterUnreadBody, nodeBrotli, nodeDocsScript } from './node-http.ts'
@@ -41,11 +41,12 @@ const maintenance = setInterval(runMaintenance, 60_000)
 maintenance.unref()
 setTimeout(runMaintenance, 1_000).unref()
 // The webhook worker (right after each todo the API creates, and every second), on connections
-// of its own: a delivery holds its transaction while it is sent (up to 15 s), which must not take
-// the API's connections.
+// of its own: its claims and records must not wait for the API's connections, nor take them.
+// 20 deliveries in flight at most, 5 of one member's and 8 to one host (docs/security.md,
+// "Webhook fairness").
 const webhookSql = createSql(database.url, { max: 2 })
 const webhookSender = nodeWebhookSender({ allowPrivate: config.webhookAllowPrivate })
-const webhookWorker = runWebhookWorker(webhookSql, webhookSender, { drain: { lanes: 2 } })
+const webhookWorker = runWebhookWorker(webhookSql, webhookSender, { drain: LOCAL_WEBHOOK_DRAIN })
 // The export worker (every 5 seconds, and right after each POST /v1/exports), on a connection of
 // its own: an archive of a large account takes a while, which must not hold the API's connections.
 const exportSql = createSql(database.url, { max: 1 })

@@ -4,14 +4,18 @@
 // commit with no database round trip for it. (A NOTIFY from the outbox trigger would do the
 // same for every writer, but a notifying transaction takes a global lock at commit, which
 // serialized concurrent POSTs: 1.8× slower with 3 subscriptions, docs/performance.md.) Never two
-// drains at once in one process; a kick during a drain runs one more after it.
+// drains at once in one process: a kick during a drain makes it claim again at once (its free
+// slots take what is due: a slow delivery under way holds only its own slot, issue 25).
 import type { Sql } from 'postgres'
-import { type DrainOptions, type DrainResult, type WebhookSender, drainWebhooks } from '../functions/lib/webhooks.ts'
+import { type Drain, type DrainOptions, type DrainResult, type WebhookSender, startDrain } from '../functions/lib/webhooks.ts'
+
+/** How npm start (and npm run webhook-worker) drain: 2 lanes of 10, 20 deliveries in flight at most. */
+export const LOCAL_WEBHOOK_DRAIN: DrainOptions = { lanes: 2 }
 
 export interface WebhookRunner {
-  /** Drain now (or right after the drain under way). */
+  /** Drain now (or claim again in the drain under way). */
   kick(): void
-  /** Resolves after the drain under way (if any) has finished. */
+  /** Claims nothing more; resolves when the sends under way have been recorded. */
   stop(): Promise<void>
 }
 
@@ -21,24 +25,17 @@ export function runWebhookWorker(
   options: { intervalMs?: number; drain?: DrainOptions; onDrained?: (result: DrainResult) => void } = {},
 ): WebhookRunner {
   let stopped = false
-  let again = false
-  let running: Promise<void> | null = null
+  let drain: Drain | null = null
 
   const kick = () => {
-    if (stopped) return
-    if (running) {
-      again = true
-      return
-    }
-    running = drainWebhooks(sql, send, options.drain)
+    if (stopped || drain?.poke()) return
+    const current = startDrain(sql, send, options.drain)
+    drain = current
+    current.done
       .then((result) => options.onDrained?.(result))
       .catch((err) => console.error('webhook worker:', (err as Error).message))
       .finally(() => {
-        running = null
-        if (again) {
-          again = false
-          kick()
-        }
+        if (drain === current) drain = null
       })
   }
 
@@ -51,7 +48,11 @@ export function runWebhookWorker(
     async stop() {
       stopped = true
       clearInterval(timer)
-      while (running) await running
+      const current = drain
+      if (current) {
+        current.stop()
+        await current.done.catch(() => {})
+      }
     },
   }
 }

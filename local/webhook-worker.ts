@@ -3,7 +3,7 @@
 // also drains right after each todo its API creates).
 // For running more workers than the one in npm start, and for the crash test (kill -9).
 import { createSql } from '../functions/lib/sql.ts'
-import { runWebhookWorker } from './webhook-runner.ts'
+import { LOCAL_WEBHOOK_DRAIN, runWebhookWorker } from './webhook-runner.ts'
 import { readConfig } from './config.ts'
 import { openDatabase } from './database.ts'
 import { nodeWebhookSender } from './webhook-sender.ts'
@@ -15,7 +15,7 @@ const sender = nodeWebhookSender({ allowPrivate: config.webhookAllowPrivate })
 console.log('webhook worker started')
 
 const worker = runWebhookWorker(sql, sender, {
-  drain: { lanes: 2 },
+  drain: LOCAL_WEBHOOK_DRAIN,
   onDrained: (result) => {
     if (result.delivered + result.retrying + result.failed > 0) console.log(JSON.stringify(result))
   },

@@ -1,6 +1,7 @@
 // Webhook subscriptions over HTTP (issue 14, item 1): every status code of the four routes,
-// the secret shown once and invisible afterwards, project scoping rules, the cap of 20, and
-// the URL rules of a production configuration (WEBHOOK_ALLOW_PRIVATE off).
+// the secret shown once and invisible afterwards, project scoping rules, the cap of 20, one
+// subscription per url and member (issue 25, 409), and the URL rules of a production
+// configuration (WEBHOOK_ALLOW_PRIVATE off).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
 
@@ -56,7 +57,7 @@ describe('POST /v1/webhooks/subscriptions', () => {
     const omitted = await subscribe(alice)
     expect(omitted.status).toBe(201)
     expect(omitted.body.project_ids).toEqual([])
-    const other = await subscribe(alice, { url: HTTPS, event_type: 'new_todo', project_ids: [bobPublic.id, bobPublic.id] })
+    const other = await subscribe(alice, { url: `${HTTPS}/other`, event_type: 'new_todo', project_ids: [bobPublic.id, bobPublic.id] })
     expect(other.status, other.text).toBe(201)
     expect(other.body.project_ids).toEqual([bobPublic.id])
     for (const created of [omitted, other]) await world.delete(`/v1/webhooks/subscriptions/${created.body.id}`, { auth: alice.api_key })
@@ -108,6 +109,54 @@ describe('POST /v1/webhooks/subscriptions', () => {
     const list = await world.get('/v1/webhooks/subscriptions', { auth: bob.api_key })
     expect(list.body).toHaveLength(20)
     for (const s of list.body) expect((await world.delete(`/v1/webhooks/subscriptions/${s.id}`, { auth: bob.api_key })).status).toBe(204)
+  })
+})
+
+describe('one subscription per url and member (issue 25)', () => {
+  it('409 {error} naming the subscription for a url the member already subscribes to, however it was spelled; another member may subscribe to it', async () => {
+    const first = await subscribe(alice, { url: 'https://hooks.example.com/once', event_type: 'new_todo' })
+    expect(first.status, first.text).toBe(201)
+    const again = await subscribe(alice, { url: 'https://hooks.example.com/once', event_type: 'new_todo', project_ids: [aliceProject.id] })
+    expect(again.status, again.text).toBe(409)
+    expect(again.body).toEqual({ error: expect.stringContaining(first.body.id) })
+    // The same url in another spelling (scheme and host case, whitespace) is the same url.
+    const respelled = await subscribe(alice, { url: ' HTTPS://Hooks.Example.COM/once', event_type: 'new_todo' })
+    expect(respelled.status, respelled.text).toBe(409)
+    expect(respelled.body).toEqual({ error: expect.any(String) })
+    // A different path or query is a different url; another member's subscription is theirs.
+    const other = await subscribe(alice, { url: 'https://hooks.example.com/once?team=2', event_type: 'new_todo' })
+    expect(other.status, other.text).toBe(201)
+    const bobs = await subscribe(bob, { url: 'https://hooks.example.com/once', event_type: 'new_todo' })
+    expect(bobs.status, bobs.text).toBe(201)
+    const list = (await world.get('/v1/webhooks/subscriptions', { auth: alice.api_key })).body as { url: string }[]
+    expect(list.filter((s) => s.url === 'https://hooks.example.com/once')).toHaveLength(1)
+    for (const id of [first.body.id, other.body.id]) await world.delete(`/v1/webhooks/subscriptions/${id}`, { auth: alice.api_key })
+    await world.delete(`/v1/webhooks/subscriptions/${bobs.body.id}`, { auth: bob.api_key })
+  })
+
+  it('PATCH to the url of another of the member\'s subscriptions is 409 and changes nothing; to its own url, 200', async () => {
+    const one = (await subscribe(alice, { url: 'https://hooks.example.com/one', event_type: 'new_todo' })).body
+    const two = (await subscribe(alice, { url: 'https://hooks.example.com/two', event_type: 'new_todo' })).body
+    const clash = await world.patch(`/v1/webhooks/subscriptions/${two.id}`, { auth: alice.api_key, json: { url: 'https://hooks.example.com/one', active: false } })
+    expect(clash.status, clash.text).toBe(409)
+    expect(clash.body).toEqual({ error: expect.stringContaining(one.id) })
+    const [unchanged] = (await world.get('/v1/webhooks/subscriptions', { auth: alice.api_key })).body.filter((s: { id: string }) => s.id === two.id)
+    expect(unchanged).toMatchObject({ url: 'https://hooks.example.com/two', active: true })
+    const same = await world.patch(`/v1/webhooks/subscriptions/${one.id}`, { auth: alice.api_key, json: { url: 'https://hooks.example.com/one' } })
+    expect(same.status, same.text).toBe(200)
+    // Two PATCHes racing each other to one url: one wins, the other is 409 (never two rows).
+    const three = (await subscribe(alice, { url: 'https://hooks.example.com/three', event_type: 'new_todo' })).body
+    const raced = await Promise.all([two.id, three.id].map((id) =>
+      world.patch(`/v1/webhooks/subscriptions/${id}`, { auth: alice.api_key, json: { url: 'https://hooks.example.com/four' } })))
+    expect(raced.map((r) => r.status).sort()).toEqual([200, 409])
+    for (const id of [one.id, two.id, three.id]) await world.delete(`/v1/webhooks/subscriptions/${id}`, { auth: alice.api_key })
+  })
+
+  it('creates racing each other to one url: one 201, the others 409', async () => {
+    const raced = await Promise.all(Array.from({ length: 4 }, () => subscribe(alice, { url: 'https://hooks.example.com/race', event_type: 'new_todo' })))
+    expect(raced.map((r) => r.status).sort()).toEqual([201, 409, 409, 409])
+    for (const r of raced.filter((r) => r.status === 409)) expect(r.body).toEqual({ error: expect.any(String) })
+    await world.delete(`/v1/webhooks/subscriptions/${raced.find((r) => r.status === 201)!.body.id}`, { auth: alice.api_key })
   })
 })
 

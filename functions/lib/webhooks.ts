@@ -9,6 +9,11 @@
 // lease ends. No transaction stays open during a send: a slow receiver holds no row lock that
 // another member's delete or switch-off would wait on.
 //
+// Fair (issue 25, docs/security.md "Webhook fairness"): the claim takes subscriptions in turn,
+// caps what is in flight per host and per member across all workers, and skips hosts whose
+// circuit breaker is open (all in app.take_webhook_deliveries); the drain claims as slots free
+// up, so a receiver that hangs for its 15 s holds one slot, not a lane and its batch.
+//
 // `npm start` runs it right after each todo its API creates and every second (local/start.ts,
 // local/webhook-runner.ts, with the Node sender that pins vetted addresses); on Supabase, pg_cron + pg_net call POST /internal/webhooks every 5 seconds
 // (supabase/functions/api, with the Deno sender). Runtime-neutral: Web Crypto and ipaddr.js only.
@@ -44,24 +49,53 @@ export const GIVE_UP_AFTER_MS = 3 * 24 * 3_600_000
 export const DELIVERY_TIMEOUT_MS = 15_000
 /** The longest wait a Retry-After gets (the schedule's longest step); asking for more is not honoured. */
 export const MAX_RETRY_AFTER_MS = 36_000_000
+/**
+ * Fairness (issue 25; docs/security.md, "Webhook fairness"). At most this many deliveries are in
+ * flight to one host (the URL's host, name and port: webhook_subscriptions.host), across every
+ * worker: the database counts them (app.webhook_leases). Eight is the Node sender's connections
+ * per origin.
+ */
+export const HOST_CONCURRENCY = 8
+/**
+ * At most this many deliveries of one member's subscriptions are in flight, across every worker:
+ * a member whose receivers never answer holds at most 5 of npm start's 20 slots for their 15 s,
+ * and the other 15 go on serving everyone else.
+ */
+export const MEMBER_CONCURRENCY = 5
+/** A host that gave no answer (timeout, connection failure) to this many attempts in a row is opened: nothing goes to it for a cool-down. */
+export const BREAKER_AFTER = 5
+/** The first cool-down of an opened host; then one delivery is sent as a probe, and each probe that fails doubles it… */
+export const BREAKER_COOLDOWN_MS = 30_000
+/** …up to this. */
+export const BREAKER_MAX_COOLDOWN_MS = 600_000
 /** At most this much of a response body is read (and thrown away); the rest is not waited for. */
 export const MAX_RESPONSE_BYTES = 64 * 1024
 /** How long a response body may take to arrive (up to MAX_RESPONSE_BYTES) once the status is in. */
 export const BODY_GRACE_MS = 1_000
 
 export interface DrainOptions {
-  /** Deliveries claimed at a time (sent concurrently). */
+  /** Deliveries asked for in one claim. */
   batch?: number
-  /** Batches in flight at once. */
+  /** With batch, the worker's slots: at most lanes × batch deliveries in flight at once (npm start: 2 × 10). */
   lanes?: number
   /** Retry delays after each failed attempt; the last repeats until giveUpAfterMs. Tests shorten it. */
   scheduleMs?: number[]
   giveUpAfterMs?: number
   timeoutMs?: number
-  /** Stop claiming new batches after this long (an edge function has a wall-clock limit). */
+  /** Stop claiming new deliveries after this long (an edge function has a wall-clock limit). */
   budgetMs?: number
   /** Fraction of each delay added or taken at random (0.1: ±10 %), so retries of a burst spread out. */
   jitter?: number
+  /** Deliveries in flight to one host, across every worker (HOST_CONCURRENCY). */
+  hostCap?: number
+  /** Deliveries in flight for one member's subscriptions, across every worker (MEMBER_CONCURRENCY). */
+  memberCap?: number
+  /** Attempts in a row without an answer that open a host's breaker (BREAKER_AFTER). */
+  breakerAfter?: number
+  /** How long an opened host gets nothing (BREAKER_COOLDOWN_MS); each failed probe doubles it. */
+  breakerCooldownMs?: number
+  /** The longest cool-down (BREAKER_MAX_COOLDOWN_MS). */
+  breakerMaxCooldownMs?: number
 }
 
 export interface DrainResult {
@@ -213,21 +247,48 @@ interface Claimed {
   first_attempt_at: Date | null
 }
 
+/**
+ * A drain under way. Deliveries are claimed as worker slots free up (lanes × batch of them), not
+ * a batch at a time: a delivery that hangs for its 15 s holds its own slot and no other, and the
+ * next claim does not wait for it.
+ */
+export interface Drain {
+  /** The counts, once nothing is in flight and the last claim found nothing more (or the budget is spent, or stop() was called). */
+  done: Promise<DrainResult>
+  /** Claim again now (a todo was just created); false once the drain has finished (start another). */
+  poke(): boolean
+  /** Claim nothing more; `done` resolves when the sends under way are recorded. */
+  stop(): void
+}
+
 /** Sends every due delivery (until none is due or the budget is spent) and records the outcomes. */
-export async function drainWebhooks(sql: Sql, send: WebhookSender, options: DrainOptions = {}): Promise<DrainResult> {
+export function drainWebhooks(sql: Sql, send: WebhookSender, options: DrainOptions = {}): Promise<DrainResult> {
+  return startDrain(sql, send, options).done
+}
+
+/** Starts a drain (drainWebhooks, with a handle for the local runner: poke and stop). */
+export function startDrain(sql: Sql, send: WebhookSender, options: DrainOptions = {}): Drain {
   const batch = options.batch ?? 10
-  const lanes = options.lanes ?? 2
+  const slots = batch * (options.lanes ?? 2)
   const timing = {
     scheduleMs: options.scheduleMs ?? RETRY_SCHEDULE_MS,
     giveUpAfterMs: options.giveUpAfterMs ?? GIVE_UP_AFTER_MS,
     jitter: options.jitter ?? 0.1,
   }
   const timeoutMs = options.timeoutMs ?? DELIVERY_TIMEOUT_MS
+  const hostCap = options.hostCap ?? HOST_CONCURRENCY
+  const memberCap = options.memberCap ?? MEMBER_CONCURRENCY
+  const breaker = {
+    after: options.breakerAfter ?? BREAKER_AFTER,
+    cooldownSeconds: (options.breakerCooldownMs ?? BREAKER_COOLDOWN_MS) / 1000,
+    maxCooldownSeconds: (options.breakerMaxCooldownMs ?? BREAKER_MAX_COOLDOWN_MS) / 1000,
+  }
   const deadline = Date.now() + (options.budgetMs ?? Number.POSITIVE_INFINITY)
   const result: DrainResult = { delivered: 0, retrying: 0, failed: 0 }
 
   // A claim is a lease, not a lock held while sending (app.take_webhook_deliveries): it must
-  // outlast the longest send (timeout plus the response's grace) with room to record it.
+  // outlast the longest send (timeout plus the response's grace) with room to record it. The
+  // lease is also what the caps count a delivery in flight by.
   const leaseSeconds = Math.ceil((timeoutMs + 30_000) / 1000)
 
   async function deliver(row: Claimed): Promise<void> {
@@ -261,23 +322,79 @@ export async function drainWebhooks(sql: Sql, send: WebhookSender, options: Drai
       }
     }
     const error = ok ? null : (response.error ?? `the receiver answered ${response.status}`)
-    await sql`select app.record_webhook_attempt(${row.subscription_id}::uuid, ${row.todo_id}::uuid, ${response.status}::integer, ${error}::text, ${retryAt}::timestamptz, ${disable}::text)`
+    await sql`
+      select app.record_webhook_attempt(${row.subscription_id}::uuid, ${row.todo_id}::uuid, ${response.status}::integer, ${error}::text,
+        ${retryAt}::timestamptz, ${disable}::text, ${breaker.after}::integer,
+        make_interval(secs => ${breaker.cooldownSeconds}), make_interval(secs => ${breaker.maxCooldownSeconds}),
+        make_interval(secs => ${timing.giveUpAfterMs / 1000}))`
     if (ok) result.delivered++
     else if (retryAt) result.retrying++
     else result.failed++
   }
 
-  async function lane(): Promise<void> {
-    while (Date.now() < deadline) {
-      // The claim commits at once; sends and their records happen outside any transaction, so a
-      // slow receiver holds no row lock that another member's delete would wait on.
-      const rows = await sql<Claimed[]>`
-        select * from app.take_webhook_deliveries(${batch}, make_interval(secs => ${leaseSeconds}))`
-      await Promise.all(rows.map((row) => deliver(row)))
-      if (rows.length < batch) return
-    }
+  let inFlight = 0
+  let claiming = false
+  // Whether a claim may find something: at the start, after a claim that was filled, after a
+  // send ended (a slot and perhaps a host's or member's cap freed), and when poked.
+  let wanted = true
+  let stopped = false
+  let finished = false
+  let failure: unknown = null
+  let settle!: { resolve: (r: DrainResult) => void; reject: (e: unknown) => void }
+  const done = new Promise<DrainResult>((resolve, reject) => (settle = { resolve, reject }))
+
+  function finishIfIdle() {
+    if (finished || claiming || inFlight > 0) return
+    finished = true
+    if (failure === null) settle.resolve(result)
+    else settle.reject(failure)
   }
 
-  await Promise.all(Array.from({ length: lanes }, () => lane()))
-  return result
+  async function pump(): Promise<void> {
+    if (claiming || finished) return
+    claiming = true
+    try {
+      while (wanted && !stopped && failure === null && inFlight < slots && Date.now() < deadline) {
+        wanted = false
+        const ask = Math.min(batch, slots - inFlight)
+        // The claim commits at once; sends and their records happen outside any transaction, so a
+        // slow receiver holds no row lock that another member's delete would wait on.
+        const rows = await sql<Claimed[]>`
+          select * from app.take_webhook_deliveries(${ask}, make_interval(secs => ${leaseSeconds}), ${hostCap}, ${memberCap})`
+        for (const row of rows) {
+          inFlight++
+          deliver(row)
+            .catch((err) => {
+              failure ??= err
+            })
+            .finally(() => {
+              inFlight--
+              wanted = true
+              void pump()
+            })
+        }
+        if (rows.length === ask) wanted = true
+      }
+    } catch (err) {
+      failure ??= err
+    } finally {
+      claiming = false
+    }
+    finishIfIdle()
+  }
+
+  void pump()
+  return {
+    done,
+    poke() {
+      if (finished) return false
+      wanted = true
+      void pump()
+      return true
+    },
+    stop() {
+      stopped = true
+      finishIfIdle()
+    },
+  }
 }

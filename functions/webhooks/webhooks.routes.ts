@@ -49,9 +49,9 @@ export const createSubscription = createRoute({
   path: '/v1/webhooks/subscriptions',
   tags: ['Webhooks'],
   summary: 'Subscribe to your new todos',
-  description: 'Deliveries are Standard Webhooks POSTs of `{"type":"new_todo","timestamp":…,"data":<Todo>}` signed with the returned secret (README, "Webhooks").',
+  description: 'Deliveries are Standard Webhooks POSTs of `{"type":"new_todo","timestamp":…,"data":<Todo>}` signed with the returned secret (README, "Webhooks"). One subscription per url: 409 when you already have one to this url (an addition to SPEC 1.4.0).',
   request: { body: { required: true, content: { 'application/json': { schema: CreateWebhookSubscriptionBody } } } },
-  responses: { 201: jsonContent(CreatedWebhookSubscriptionSchema, 'The subscription and its signing secret'), ...errors(401, 403, 422, 429) },
+  responses: { 201: jsonContent(CreatedWebhookSubscriptionSchema, 'The subscription and its signing secret'), ...errors(401, 403, 409, 422, 429) },
 })
 
 export const updateSubscription = createRoute({
@@ -59,8 +59,9 @@ export const updateSubscription = createRoute({
   path: '/v1/webhooks/subscriptions/{subscription_id}',
   tags: ['Webhooks'],
   summary: 'Change a webhook subscription',
+  description: '409 when another of your subscriptions has the url asked for.',
   request: { params: SubscriptionParam, body: { required: true, content: { 'application/json': { schema: UpdateWebhookSubscriptionBody } } } },
-  responses: { 200: jsonContent(WebhookSubscriptionSchema, 'The subscription'), ...errors(401, 403, 404, 422) },
+  responses: { 200: jsonContent(WebhookSubscriptionSchema, 'The subscription'), ...errors(401, 403, 404, 409, 422) },
 })
 
 export const deleteSubscription = createRoute({

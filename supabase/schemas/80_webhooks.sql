@@ -23,7 +23,8 @@ create table app.webhook_subscriptions (
   active          boolean not null default true,
   disabled_reason text,
   created_at      timestamptz not null default now(),
-  updated_at      timestamptz not null default now()
+  updated_at      timestamptz not null default now(),
+  host            text generated always as (lower(substring(url from '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)'))) stored
 );
 comment on table app.webhook_subscriptions is
   'A member''s webhook subscription (SPEC "Webhook subscriptions"): new todos of user_id go to url, all of them when project_ids is empty, else those mentioning one of project_ids. The signing secret lives apart, in app.webhook_secrets, so no member''s grant ever reaches it.';
@@ -31,7 +32,14 @@ comment on column app.webhook_subscriptions.project_ids is
   'Projects the subscription narrows to (empty: all). Checked visible to the owner when written; an array, not a join table, because a scoped subscription must never widen to "all projects" if its projects disappear.';
 comment on column app.webhook_subscriptions.active is
   'False once deliveries failed for about three days or the receiver answered 410 Gone (disabled_reason says which); the owner turns it back on with PATCH active=true. Inactive subscriptions get no new deliveries.';
+comment on column app.webhook_subscriptions.host is
+  'The URL''s host as the URL standard means it: the host name and the port when it is not the scheme''s default (hooks.example.com, hooks.example.com:8443, [::1]:8080), lower-cased (the URL is stored parsed, so it already is). What the per-host concurrency cap and the circuit breaker of the worker count by (app.webhook_hosts, app.webhook_leases). With the port, because another member''s subscriptions to a closed or silent port of your receiver''s machine must not open your receiver''s breaker or take its slots; one member''s many ports are held back by the per-member cap.';
 create index webhook_subscriptions_user_id_idx on app.webhook_subscriptions (user_id, created_at, id);
+-- One subscription per URL and member (issue 25): a second one to the same URL only sent every
+-- todo twice, and twenty of them multiplied what one dead receiver cost the worker (409).
+create unique index webhook_subscriptions_user_id_url_key on app.webhook_subscriptions (user_id, url);
+-- The worker wakes a host's subscriptions when its breaker closes (app.record_webhook_attempt).
+create index webhook_subscriptions_host_idx on app.webhook_subscriptions (host);
 
 create table app.webhook_secrets (
   subscription_id uuid primary key references app.webhook_subscriptions(id) on delete cascade,
@@ -67,7 +75,42 @@ comment on table app.webhook_deliveries is
 comment on column app.webhook_deliveries.next_attempt_at is
   'When the worker may try next (null once delivered or failed): the Standard Webhooks schedule with jitter, or later when the receiver asked with Retry-After.';
 create index webhook_deliveries_todo_id_idx on app.webhook_deliveries (todo_id);
-create index webhook_deliveries_due_idx on app.webhook_deliveries (next_attempt_at) where (status = 'pending');
+-- A subscription's next delivery, one index probe however many are pending (the claim takes the
+-- subscriptions in turn, app.webhook_queue; never the outbox oldest-first as a whole).
+create index webhook_deliveries_subscription_due_idx on app.webhook_deliveries (subscription_id, next_attempt_at) where (status = 'pending');
+
+create table app.webhook_queue (
+  subscription_id uuid primary key references app.webhook_subscriptions(id) on delete cascade,
+  turn_at         timestamptz not null
+);
+comment on table app.webhook_queue is
+  'Whose turn it is (issue 25, webhook fairness): one row per subscription that may have pending deliveries, turn_at no later than its next due delivery. The claim (app.take_webhook_deliveries) walks it by turn_at and takes one delivery per subscription per round, then sends the subscription to the back (turn_at = now()), so a backlog of one subscription (a million rows for a dead receiver) costs each claim one row, never a scan, and cannot fill a batch. Kept by triggers on app.webhook_deliveries (a new or brought-forward delivery moves its subscription''s turn earlier, never later); the claim moves turns later (served, postponed by a breaker or a cap) and deletes the rows of subscriptions with nothing pending or switched off. No policy and no grant: only the worker''s functions and triggers touch it.';
+create index webhook_queue_turn_at_idx on app.webhook_queue (turn_at, subscription_id);
+
+create table app.webhook_hosts (
+  host          text primary key,
+  failures      integer not null default 0,
+  failing_since timestamptz not null default now(),
+  open_until    timestamptz,
+  cooldown      interval
+);
+comment on table app.webhook_hosts is
+  'The circuit breaker of each receiving host that failed lately (a host with no row is closed): failures counts attempts in a row that got no HTTP answer (timeout, refused or reset connection, DNS), any answer deletes the row. At breaker_after failures (5) the host opens: until open_until no delivery to it is attempted or counted as an attempt, and its subscriptions wait for open_until (app.webhook_queue); then it is half-open, and one delivery goes as the probe: an answer closes it, no answer opens it again for twice the cool-down (30 s doubling up to 10 min, cooldown holds the last one). failing_since is when the failures in a row began: a host that has answered nothing for the give-up window (about three days) gets its subscriptions turned off, as a delivery that failed that long does (its deliveries were mostly never attempted, so no delivery of theirs would ever reach the window by itself, and the backlog would grow for good). Why: a host that never answers held a worker slot 15 s per attempt, for every delivery and retry of every subscription to it. No policy and no grant: the worker''s functions write it.';
+
+create table app.webhook_leases (
+  subscription_id uuid not null,
+  todo_id         uuid not null,
+  host            text not null,
+  user_id         uuid not null references app.users(id) on delete cascade,
+  probe           boolean not null default false,
+  until           timestamptz not null,
+  constraint webhook_leases_pkey primary key (subscription_id, todo_id)
+);
+comment on table app.webhook_leases is
+  'Deliveries in flight (claimed, not yet recorded), with the host and member they count against: the per-host cap (8) and per-member cap (5) of app.take_webhook_deliveries count these rows, in the database, so that every worker (npm start, npm run webhook-worker, each edge invocation) shares them. until is the claim''s lease: a worker that dies stops counting when it ends. No foreign key to the delivery or the subscription, on purpose: a request stays in flight when its todo or subscription is deleted, and must keep counting until it ends (recorded, or the lease over), or deleting one would free a slot for the next. The member''s is one: a deleted account takes its leases along (no row of it is left). No policy and no grant: the worker''s functions write it.';
+create index webhook_leases_host_idx on app.webhook_leases (host, until);
+create index webhook_leases_user_id_idx on app.webhook_leases (user_id, until);
+create index webhook_leases_until_idx on app.webhook_leases (until);
 
 -- ============================================================================
 -- Helpers
@@ -160,38 +203,166 @@ comment on function app.new_webhook_secret(uuid) is
   'Creates and returns the signing secret of the member''s own new subscription (once: a second call hits the primary key). 32 bytes from two gen_random_uuid() (pg_strong_random; 244 random bits), base64, whsec_ prefix as Standard Webhooks expects. Security definer because members have no grant on app.webhook_secrets.';
 grant execute on function app.new_webhook_secret(uuid) to authenticated;
 
-create function app.take_webhook_deliveries(batch integer, lease interval)
+create function app.take_webhook_deliveries(batch integer, lease interval, host_cap integer default 8, member_cap integer default 5)
 returns table (subscription_id uuid, todo_id uuid, webhook_id text, url text, secret text, body text, attempts integer, first_attempt_at timestamptz)
-language sql
+language plpgsql
 volatile
 security definer
 set search_path = ''
 as $$
-  with due as (
-    select d.subscription_id, d.todo_id
-    from app.webhook_deliveries d
-    join app.webhook_subscriptions s on s.id = d.subscription_id
-    where d.status = 'pending' and d.next_attempt_at <= now() and s.active
-    order by d.next_attempt_at
-    limit batch
-    for update of d skip locked
-  ), leased as (
-    update app.webhook_deliveries d
-       set next_attempt_at = now() + lease
-      from due
-     where d.subscription_id = due.subscription_id and d.todo_id = due.todo_id
-    returning d.subscription_id, d.todo_id, d.attempts, d.first_attempt_at
-  )
-  select l.subscription_id, l.todo_id, app.webhook_id(l.subscription_id, l.todo_id), s.url, k.secret, e.payload::text, l.attempts, l.first_attempt_at
-  from leased l
-  join app.webhook_events e on e.todo_id = l.todo_id
-  join app.webhook_subscriptions s on s.id = l.subscription_id
-  join app.webhook_secrets k on k.subscription_id = l.subscription_id
-$$;
-comment on function app.take_webhook_deliveries(integer, interval) is
-  'The worker''s claim: up to `batch` due deliveries, leased for `lease` (their next_attempt_at moved past the send) in one short statement that commits at once. Why a lease and not a lock held while sending: a transaction open for a slow receiver kept every row of its batch locked, so other members'' todo deletions and switch-offs waited on it and failed (503). Concurrent workers skip rows being leased (skip locked) and rows on lease (not due), so no delivery is sent twice at once as long as the lease outlasts a send (the worker makes it so); a worker that dies leaves its rows due again when the lease ends, with the same webhook-id (at least once).';
+#variable_conflict use_column
+declare
+  turn record;
+  state record;
+  head uuid;
+  next_at timestamptz;
+  -- Rows of the queue looked at in one claim, at most: bounds the claim however many
+  -- subscriptions wait behind a cap (they go to the back of the queue and the next claim goes on).
+  most_visits constant integer := batch * 4 + 16;
+  visits integer := 0;
+  taken_in_round integer;
+  -- What this claim takes, one element per delivery; written at the end, in three statements.
+  subscriptions uuid[] := '{}';
+  todos uuid[] := '{}';
+  hosts text[] := '{}';
+  members uuid[] := '{}';
+  probes boolean[] := '{}';
+  full_hosts text[] := '{}';
+  full_members uuid[] := '{}';
+begin
+  -- One claim at a time: the caps below count the leases of every claim before this one. A
+  -- claim is a few index probes per delivery; the lock is held for as long.
+  perform pg_advisory_xact_lock(hashtextextended('app.take_webhook_deliveries', 0));
+  -- Leases of workers that died mid-send (a table of the deliveries in flight: a few rows).
+  delete from app.webhook_leases l where l.until <= now();
+  <<rounds>>
+  loop
+    taken_in_round := 0;
+    for turn in
+      select q.subscription_id, q.turn_at, s.host, s.user_id, s.active
+        from app.webhook_queue q
+        join app.webhook_subscriptions s on s.id = q.subscription_id
+       where q.turn_at <= now()
+       order by q.turn_at, q.subscription_id
+       limit most_visits - visits
+         for update of q skip locked
+    loop
+      visits := visits + 1;
+      if not turn.active then
+        -- Switched off: its pending deliveries were failed, and no new ones are written.
+        delete from app.webhook_queue q where q.subscription_id = turn.subscription_id;
+        continue;
+      end if;
+      if turn.host = any (full_hosts) or turn.user_id = any (full_members) then
+        if turn.turn_at < now() then -- to the back (once: a second round finds it there)
+          update app.webhook_queue q set turn_at = now() where q.subscription_id = turn.subscription_id;
+        end if;
+        continue;
+      end if;
+      -- The host's breaker and what is in flight to the host and for the member (leases, and
+      -- what this claim took).
+      select h.open_until,
+             (select count(*) from app.webhook_leases l where l.host = turn.host)
+               + coalesce(cardinality(array_positions(hosts, turn.host)), 0) as to_host,
+             (select count(*) from app.webhook_leases l where l.user_id = turn.user_id)
+               + coalesce(cardinality(array_positions(members, turn.user_id)), 0) as for_member
+        into state
+        from (select) one
+        left join app.webhook_hosts h on h.host = turn.host;
+      if state.open_until > now() then
+        -- Open: nothing goes to the host, and its subscriptions are not looked at again, until
+        -- the cool-down ends. Their deliveries are not attempted, so no attempt is counted.
+        update app.webhook_queue q set turn_at = state.open_until where q.subscription_id = turn.subscription_id;
+        continue;
+      end if;
+      -- Half-open (the cool-down is over, the breaker not closed yet): one probe at a time.
+      if state.to_host >= (case when state.open_until is null then host_cap else 1 end) then
+        full_hosts := full_hosts || turn.host;
+        update app.webhook_queue q
+           set turn_at = case when state.open_until is null then now()
+                              -- behind the probe: its answer wakes them (app.record_webhook_attempt)
+                              else coalesce((select max(l.until) from app.webhook_leases l where l.host = turn.host), now() + lease) end
+         where q.subscription_id = turn.subscription_id;
+        continue;
+      end if;
+      if state.for_member >= member_cap then
+        full_members := full_members || turn.user_id;
+        update app.webhook_queue q set turn_at = now() where q.subscription_id = turn.subscription_id;
+        continue;
+      end if;
+      -- The subscription's next due delivery that this claim has not taken (skip locked: one a
+      -- deletion holds is left to it).
+      select d.todo_id into head
+        from app.webhook_deliveries d
+       where d.subscription_id = turn.subscription_id and d.status = 'pending' and d.next_attempt_at <= now()
+         and d.todo_id <> all (array(select c.t from unnest(subscriptions, todos) c(s, t) where c.s = turn.subscription_id))
+       order by d.next_attempt_at
+       limit 1
+         for update of d skip locked;
+      if head is null then
+        -- Taken from already in this claim (its turn is set below), or nothing due: the queue
+        -- was early (its turn becomes its next delivery's), a deletion holds the due one (to the
+        -- back), or nothing is pending (its row goes; the row is locked by this claim, so a todo
+        -- committing now waits, and writes it again after).
+        if turn.subscription_id <> all (subscriptions) then
+          next_at := (select d.next_attempt_at from app.webhook_deliveries d
+                       where d.subscription_id = turn.subscription_id and d.status = 'pending'
+                       order by d.next_attempt_at limit 1);
+          if next_at is null then
+            delete from app.webhook_queue q where q.subscription_id = turn.subscription_id;
+          else
+            update app.webhook_queue q set turn_at = greatest(now(), next_at) where q.subscription_id = turn.subscription_id;
+          end if;
+        end if;
+        continue;
+      end if;
+      subscriptions := subscriptions || turn.subscription_id;
+      todos := todos || head;
+      hosts := hosts || turn.host;
+      members := members || turn.user_id;
+      probes := probes || (state.open_until is not null);
+      if state.open_until is not null then
+        full_hosts := full_hosts || turn.host; -- the probe is the only one
+      end if;
+      taken_in_round := taken_in_round + 1;
+      exit rounds when cardinality(todos) >= batch;
+    end loop;
+    -- Another round while this one took something (a subscription with more due gets a second
+    -- delivery only after every other due subscription got its first) and visits are left.
+    exit rounds when taken_in_round = 0 or visits >= most_visits;
+  end loop;
 
-create function app.record_webhook_attempt(subscription uuid, todo uuid, response_status integer, error text, retry_at timestamptz, disable_reason text)
+  if cardinality(todos) > 0 then
+    update app.webhook_deliveries d set next_attempt_at = now() + lease
+      from unnest(subscriptions, todos) c(s, t)
+     where d.subscription_id = c.s and d.todo_id = c.t;
+    insert into app.webhook_leases as l (subscription_id, todo_id, host, user_id, probe, until)
+    select c.s, c.t, c.h, c.m, c.p, now() + lease
+      from unnest(subscriptions, todos, hosts, members, probes) c(s, t, h, m, p)
+    on conflict on constraint webhook_leases_pkey do update
+      set host = excluded.host, user_id = excluded.user_id, probe = excluded.probe, until = excluded.until;
+    -- The subscriptions served go to the back of the queue, or to when their next delivery is due.
+    update app.webhook_queue q
+       set turn_at = greatest(now(), (select d.next_attempt_at from app.webhook_deliveries d
+                                       where d.subscription_id = q.subscription_id and d.status = 'pending'
+                                       order by d.next_attempt_at limit 1))
+     where q.subscription_id = any (subscriptions);
+  end if;
+  return query
+    select c.subscription_id, c.todo_id, app.webhook_id(c.subscription_id, c.todo_id), s.url, k.secret, e.payload::text, d.attempts, d.first_attempt_at
+      from unnest(subscriptions, todos) with ordinality c(subscription_id, todo_id, n)
+      join app.webhook_deliveries d on d.subscription_id = c.subscription_id and d.todo_id = c.todo_id
+      join app.webhook_events e on e.todo_id = c.todo_id
+      join app.webhook_subscriptions s on s.id = c.subscription_id
+      join app.webhook_secrets k on k.subscription_id = c.subscription_id
+     order by c.n;
+end;
+$$;
+comment on function app.take_webhook_deliveries(integer, interval, integer, integer) is
+  'The worker''s claim: up to `batch` due deliveries, leased for `lease` (their next_attempt_at moved past the send) in one short statement that commits at once. Fair (issue 25): subscriptions are taken in turn (app.webhook_queue: one delivery each per round, then to the back), at most host_cap deliveries are in flight to one host and member_cap for one member across all workers (app.webhook_leases), and nothing goes to a host whose breaker is open (app.webhook_hosts; one probe when half-open). So one member''s dead receivers hold at most member_cap worker slots, and a million pending deliveries of one subscription cost a claim one index probe. Why a lease and not a lock held while sending: a transaction open for a slow receiver kept every row of its batch locked, so other members'' todo deletions and switch-offs waited on it and failed (503). Claims are serialized (an advisory lock) so the caps count exactly; rows on lease are not due, so no delivery is sent twice at once as long as the lease outlasts a send (the worker makes it so); a worker that dies leaves its rows due again when the lease ends, with the same webhook-id (at least once). The caps'' defaults are the worker''s numbers (functions/lib/webhooks.ts), which passes its own.';
+
+create function app.record_webhook_attempt(subscription uuid, todo uuid, response_status integer, error text, retry_at timestamptz, disable_reason text,
+  breaker_after integer default 5, cooldown interval default '30 seconds', max_cooldown interval default '10 minutes', give_up interval default '3 days')
 returns void
 language plpgsql
 volatile
@@ -200,6 +371,10 @@ set search_path = ''
 as $$
 declare
   delivered boolean := response_status between 200 and 299;
+  held app.webhook_leases;
+  target text;
+  breaker app.webhook_hosts;
+  dead uuid;
 begin
   update app.webhook_deliveries d
      set attempts = d.attempts + 1,
@@ -214,10 +389,53 @@ begin
   if not delivered and disable_reason is not null then
     perform app.disable_webhook_subscription(subscription, disable_reason);
   end if;
+  -- In flight no more (after the delivery's row, in the order a claim locks them).
+  delete from app.webhook_leases l where l.subscription_id = subscription and l.todo_id = todo
+  returning * into held;
+
+  -- The breaker of the host the attempt went to (the lease's: the URL may have changed since).
+  target := coalesce(held.host, (select s.host from app.webhook_subscriptions s where s.id = subscription));
+  if target is null then
+    return;
+  end if;
+  if response_status is not null then
+    -- An answer, whatever it says: the host is there. Closed; what waited for it goes now.
+    delete from app.webhook_hosts h where h.host = target;
+    if found then
+      update app.webhook_queue q set turn_at = now()
+        from app.webhook_subscriptions s
+       where s.host = target and q.subscription_id = s.id and q.turn_at > now();
+    end if;
+    return;
+  end if;
+  insert into app.webhook_hosts as h (host, failures) values (target, 1)
+  on conflict (host) do update set failures = h.failures + 1
+  returning * into breaker;
+  if breaker.failing_since <= now() - give_up then
+    -- Nothing but failures from this host for the whole give-up window: its subscriptions are
+    -- turned off (and their pending deliveries failed), as one delivery failing that long turns
+    -- its own off. The breaker kept most of them from ever being attempted.
+    for dead in select s.id from app.webhook_subscriptions s where s.host = target and s.active loop
+      perform app.disable_webhook_subscription(dead, 'its host gave no answer for about three days');
+    end loop;
+    delete from app.webhook_hosts h where h.host = target;
+    return;
+  end if;
+  if held.probe then
+    -- The probe got no answer: open again, for twice as long (at most max_cooldown).
+    update app.webhook_hosts h
+       set cooldown = least(coalesce(h.cooldown, record_webhook_attempt.cooldown) * 2, max_cooldown),
+           open_until = now() + least(coalesce(h.cooldown, record_webhook_attempt.cooldown) * 2, max_cooldown)
+     where h.host = target;
+  elsif breaker.open_until is null and breaker.failures >= breaker_after then
+    update app.webhook_hosts h
+       set cooldown = record_webhook_attempt.cooldown, open_until = now() + record_webhook_attempt.cooldown
+     where h.host = target;
+  end if;
 end;
 $$;
-comment on function app.record_webhook_attempt(uuid, uuid, integer, text, timestamptz, text) is
-  'Records one attempt of a delivery the worker holds: 2xx delivered; otherwise pending again at retry_at, or failed when retry_at is null. disable_reason (410 Gone, or about three days of failures) turns the subscription off. The worker computes the schedule (functions/lib/webhooks.ts) so tests can shorten it.';
+comment on function app.record_webhook_attempt(uuid, uuid, integer, text, timestamptz, text, integer, interval, interval, interval) is
+  'Records one attempt of a delivery the worker holds: 2xx delivered; otherwise pending again at retry_at, or failed when retry_at is null. disable_reason (410 Gone, or about three days of failures) turns the subscription off. Ends the lease (app.webhook_leases) and keeps the host''s circuit breaker (app.webhook_hosts): any HTTP answer closes it; no answer (timeout, connection failure) counts, and the breaker_after-th in a row opens the host for `cooldown`; a failed probe opens it again for twice the last cool-down, at most max_cooldown; a host with nothing but failures for give_up has its subscriptions turned off. The worker computes the schedule and passes the breaker''s numbers (functions/lib/webhooks.ts) so tests can shorten them; the defaults are the same numbers.';
 
 create function app.disable_webhook_subscription(subscription uuid, reason text)
 returns void
@@ -272,6 +490,12 @@ alter table app.webhook_events enable row level security;
 -- app.webhook_deliveries
 alter table app.webhook_deliveries enable row level security;
 -- No policy and no grant: the trigger writes, the worker and the operator CLI read.
+
+-- app.webhook_queue, app.webhook_hosts, app.webhook_leases
+alter table app.webhook_queue enable row level security;
+alter table app.webhook_hosts enable row level security;
+alter table app.webhook_leases enable row level security;
+-- No policy and no grant: the worker's functions and the outbox's triggers write them.
 
 -- ============================================================================
 -- Triggers
@@ -332,6 +556,42 @@ create constraint trigger _900_enqueue_webhooks after insert on app.todos
   deferrable initially deferred
   for each row execute function app.tg_todos__enqueue_webhooks();
 
+create function app.tg_webhook_deliveries__queue_turns()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  if tg_op = 'UPDATE' then
+    -- A delivery on lease made due now by hand (an operator bringing it forward) is in flight no
+    -- more: its lease stops counting against the caps.
+    delete from app.webhook_leases l
+     using old_rows o join new_rows n on n.subscription_id = o.subscription_id and n.todo_id = o.todo_id
+     where l.subscription_id = n.subscription_id and l.todo_id = n.todo_id
+       and n.next_attempt_at <= now() and o.next_attempt_at > now();
+  end if;
+  -- A subscription's turn comes no later than its earliest pending delivery.
+  insert into app.webhook_queue as q (subscription_id, turn_at)
+  select n.subscription_id, min(n.next_attempt_at)
+    from new_rows n
+   where n.status = 'pending' and n.next_attempt_at is not null
+   group by n.subscription_id
+  on conflict (subscription_id) do update set turn_at = excluded.turn_at
+   where q.turn_at > excluded.turn_at;
+  return null;
+end;
+$$;
+comment on function app.tg_webhook_deliveries__queue_turns() is
+  'Keeps app.webhook_queue from being late: a new pending delivery (the outbox trigger), a retry recorded for sooner than the lease, or a delivery brought forward by hand puts its subscription''s turn no later than its next_attempt_at (the claim moves turns later, never this). A statement trigger with transition tables: one upsert per todo, however many subscriptions it went to. Security definer: members cannot write the queue.';
+create trigger _100_queue_turns_on_insert after insert on app.webhook_deliveries
+  referencing new table as new_rows
+  for each statement execute function app.tg_webhook_deliveries__queue_turns();
+create trigger _100_queue_turns_on_update after update on app.webhook_deliveries
+  referencing old table as old_rows new table as new_rows
+  for each statement execute function app.tg_webhook_deliveries__queue_turns();
+
 -- ============================================================================
 -- API functions
 -- ============================================================================
@@ -348,6 +608,26 @@ $$;
 comment on function api.webhook_subscription_list() is
   'GET /v1/webhooks/subscriptions: the member''s subscriptions, oldest first, a plain array (SPEC: not paginated; at most 20 exist). Needs a writing credential (functions/lib/access.ts): subscription URLs often carry the receiver''s own credential.';
 grant execute on function api.webhook_subscription_list() to authenticated;
+
+create function app.refuse_duplicate_webhook_url(member_id uuid, url text, except_id uuid)
+returns void
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  existing uuid;
+begin
+  select s.id into existing from app.webhook_subscriptions s
+   where s.user_id = member_id and s.url = refuse_duplicate_webhook_url.url and s.id is distinct from except_id;
+  if found then
+    perform app.http_error(409, format('You already have a webhook subscription to this url (%s); change or delete that one.', app.to_public_id('hook', existing)));
+  end if;
+end;
+$$;
+comment on function app.refuse_duplicate_webhook_url(uuid, text, uuid) is
+  '409 naming the member''s subscription that already has this url (other than except_id, the one being changed). The unique index webhook_subscriptions_user_id_url_key is what guarantees it (its violation is a 409 too); this says which subscription, under the per-member lock the callers hold. Runs as the member (RLS: only their own subscriptions).';
+grant execute on function app.refuse_duplicate_webhook_url(uuid, text, uuid) to authenticated;
 
 create function api.webhook_subscription_create(url text, event_type text, project_ids jsonb)
 returns jsonb
@@ -366,6 +646,7 @@ begin
   projects := app.webhook_project_ids(project_ids);
   -- One create of this member at a time, so concurrent requests cannot pass the cap together.
   perform pg_advisory_xact_lock(hashtextextended('app.webhook_subscriptions ' || member_id::text, 0));
+  perform app.refuse_duplicate_webhook_url(member_id, webhook_subscription_create.url, null);
   if (select count(*) from app.webhook_subscriptions s where s.user_id = member_id) >= 20 then
     perform app.http_error(422, 'You have 20 webhook subscriptions, the most a member may have; delete one first.');
   end if;
@@ -377,7 +658,7 @@ begin
 end;
 $$;
 comment on function api.webhook_subscription_create(text, text, jsonb) is
-  'POST /v1/webhooks/subscriptions: 201 with the signing secret, shown only here. The URL is checked by the HTTP layer (absolute https; http only with WEBHOOK_ALLOW_PRIVATE=1); here event_type (422), project_ids (422 unknown or not visible), the cap of 20 per member (422, under a per-member lock), then the rate limit (webhook_subscription_create, 429).';
+  'POST /v1/webhooks/subscriptions: 201 with the signing secret, shown only here. The URL is checked by the HTTP layer (absolute https; http only with WEBHOOK_ALLOW_PRIVATE=1); here event_type (422), project_ids (422 unknown or not visible), a URL the member already subscribes to (409, issue 25), the cap of 20 per member (422), both under a per-member lock, then the rate limit (webhook_subscription_create, 429).';
 grant execute on function api.webhook_subscription_create(text, text, jsonb) to authenticated;
 
 create function api.webhook_subscription_update(subscription_ref text, url text, event_type text, project_ids jsonb, active boolean)
@@ -401,6 +682,10 @@ begin
   if project_ids is not null then
     projects := app.webhook_project_ids(project_ids);
   end if;
+  if webhook_subscription_update.url is not null then
+    perform pg_advisory_xact_lock(hashtextextended('app.webhook_subscriptions ' || target.user_id::text, 0));
+    perform app.refuse_duplicate_webhook_url(target.user_id, webhook_subscription_update.url, target.id);
+  end if;
   update app.webhook_subscriptions s
      set url = coalesce(webhook_subscription_update.url, s.url),
          event_type = coalesce(webhook_subscription_update.event_type, s.event_type),
@@ -418,7 +703,7 @@ begin
 end;
 $$;
 comment on function api.webhook_subscription_update(text, text, text, jsonb, boolean) is
-  'PATCH /v1/webhooks/subscriptions/{id}: every field optional (null: unchanged); project_ids [] means all projects; active=true turns a disabled subscription back on, active=false off (its pending deliveries fail). 404 for another member''s or an unknown id.';
+  'PATCH /v1/webhooks/subscriptions/{id}: every field optional (null: unchanged); project_ids [] means all projects; active=true turns a disabled subscription back on, active=false off (its pending deliveries fail). 404 for another member''s or an unknown id; 409 for a url another of the member''s subscriptions has (under the lock creation takes).';
 grant execute on function api.webhook_subscription_update(text, text, text, jsonb, boolean) to authenticated;
 
 create function api.webhook_subscription_delete(subscription_ref text)

@@ -1,5 +1,7 @@
-// A real webhook receiver on 127.0.0.1: records every request (headers, raw body, when) and
-// answers with whatever the test's handler decides (status, headers, delay, or never).
+// A real webhook receiver on 127.0.0.1 (or another loopback address, so that tests can have
+// receivers on distinct hosts: 127.0.0.2, 127.0.0.3, …): records every request (headers, raw
+// body, when) and answers with whatever the test's handler decides (status, headers, delay, or
+// never).
 import { type IncomingMessage, type ServerResponse, createServer } from 'node:http'
 
 export interface Received {
@@ -11,7 +13,8 @@ export interface Received {
 
 export type Handler = (request: Received, response: ServerResponse, index: number) => void | Promise<void>
 
-export async function startReceiver(handler: Handler = (_req, res) => { res.end('ok') }) {
+export async function startReceiver(handler: Handler = (_req, res) => { res.end('ok') }, options: { host?: string } = {}) {
+  const host = options.host ?? '127.0.0.1'
   const received: Received[] = []
   let current = handler
   const waiters: (() => void)[] = []
@@ -35,10 +38,12 @@ export async function startReceiver(handler: Handler = (_req, res) => { res.end(
     sockets.add(socket)
     socket.on('close', () => sockets.delete(socket))
   })
-  const port = await new Promise<number>((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as { port: number }).port)))
+  const port = await new Promise<number>((resolve) => server.listen(0, host, () => resolve((server.address() as { port: number }).port)))
   return {
     port,
-    url: `http://127.0.0.1:${port}`,
+    /** The URL's host, name and port, as the worker's per-host cap and breaker count it. */
+    host: `${host}:${port}`,
+    url: `http://${host}:${port}`,
     received,
     /** Replaces how requests are answered from now on. */
     answer(next: Handler) {
