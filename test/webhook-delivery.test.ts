@@ -345,19 +345,31 @@ describe('at least once, never twice at once', () => {
     const sub = await subscribe(alice, '/pair')
     const inFlight = new Map<string, number>()
     let overlaps = 0
+    // Answers wait until both workers have sent something (each tags its requests), so the two
+    // surely drain at the same time however the machine schedules them; a bound keeps a worker
+    // that never sends from hanging the test (it then fails on its count below).
+    const seen = new Set<string>()
+    let bothSent!: () => void
+    const together = Promise.race([new Promise<void>((resolve) => (bothSent = resolve)), new Promise<void>((resolve) => setTimeout(resolve, 10_000))])
     receiver.answer((req, res) => {
       const id = req.headers['webhook-id']!
       inFlight.set(id, (inFlight.get(id) ?? 0) + 1)
       if (inFlight.get(id)! > 1) overlaps++
-      setTimeout(() => {
+      seen.add(String(req.headers['x-test-worker']))
+      if (seen.size === 2) bothSent()
+      void together.then(() => setTimeout(() => {
         inFlight.set(id, inFlight.get(id)! - 1)
         res.end('ok')
-      }, 30)
+      }, 30))
     })
     const start = receiver.received.length
     const todos = 40
     for (let i = 0; i < todos; i++) await postTodo(alice, `pair ${i}`)
-    const workers = [0, 1].map(() => ({ sql: createSql(world.databaseUrl, { max: 3 }), send: nodeWebhookSender({ allowPrivate: true }) }))
+    const workers = [0, 1].map((n) => {
+      const sender = nodeWebhookSender({ allowPrivate: true })
+      const send: typeof sender = Object.assign((request: Parameters<typeof sender>[0]) => sender({ ...request, headers: { ...request.headers, 'x-test-worker': String(n) } }), { close: () => sender.close() })
+      return { sql: createSql(world.databaseUrl, { max: 3 }), send }
+    })
     try {
       // Caps out of the way (test/webhook-fairness.test.ts has them): with one member's 5 in
       // flight at most, the first worker could take them all and leave the second nothing.

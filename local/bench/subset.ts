@@ -87,16 +87,16 @@ export async function deriveSubset(serverUrl: string, large: { name: string; fix
       if (others.length > 0) {
         await tx.unsafe(`
           insert into keep select t.id from unnest($1::uuid[]) as r(id)
-            cross join lateral (select t.id from app.todos t where t.user_id = r.id order by t.created_at desc, t.id desc limit ${PER_SOURCE_OTHER_READERS}) t
-            on conflict do nothing;`, [others])
+            cross join lateral (select t.id from app.todos t where t.user_id = r.id order by t.created_at desc, t.id desc limit $2) t
+            on conflict do nothing;`, [others, PER_SOURCE_OTHER_READERS])
         await tx.unsafe(`
           insert into keep select t.id from app.user_follows s
-            cross join lateral (select t.id from app.todos t where t.user_id = s.followee_id order by t.created_at desc, t.id desc limit ${PER_SOURCE_OTHER_READERS}) t
-            where s.follower_id = any ($1::uuid[]) on conflict do nothing`, [others])
+            cross join lateral (select t.id from app.todos t where t.user_id = s.followee_id order by t.created_at desc, t.id desc limit $2) t
+            where s.follower_id = any ($1::uuid[]) on conflict do nothing`, [others, PER_SOURCE_OTHER_READERS])
         await tx.unsafe(`
           insert into keep select t.id from app.project_follows s
-            cross join lateral (select t.id from app.todos t where t.project_id = s.project_id order by t.created_at desc, t.id desc limit ${PER_SOURCE_OTHER_READERS}) t
-            where s.user_id = any ($1::uuid[]) on conflict do nothing`, [others])
+            cross join lateral (select t.id from app.todos t where t.project_id = s.project_id order by t.created_at desc, t.id desc limit $2) t
+            where s.user_id = any ($1::uuid[]) on conflict do nothing`, [others, PER_SOURCE_OTHER_READERS])
       }
       const [counts] = await tx<{ kept: number; total: number }[]>`select (select count(*) from keep)::int as kept, (select count(*) from app.todos)::int as total`
       const fill = Math.max(0, target - counts!.kept) / Math.max(1, counts!.total - counts!.kept)
