@@ -34,8 +34,11 @@ app.route('/', storage.routes)
 
 // Background work that pg_cron and Supabase Queues do in production: every minute, and once
 // right after start, so that the files a stopped (or killed) server left queued go at once.
+// On a connection of its own: the API's pool is the fair queue's to share out (functions/lib/admission.ts),
+// and a pass over many queued files must not hold a connection the queue counts as free.
+const maintenanceSql = createSql(database.url, { max: 1 })
 const runMaintenance = () => {
-  runStorageMaintenance(sql, storage).catch((err) => console.error('storage maintenance failed:', (err as Error).message))
+  runStorageMaintenance(maintenanceSql, storage).catch((err) => console.error('storage maintenance failed:', (err as Error).message))
 }
 const maintenance = setInterval(runMaintenance, 60_000)
 maintenance.unref()
@@ -103,6 +106,7 @@ async function shutdown(signal: string) {
   await pushWorker.stop()
   await exportWorker.stop()
   await sql.end({ timeout: 5 })
+  await maintenanceSql.end({ timeout: 5 })
   await webhookSql.end({ timeout: 5 })
   await exportSql.end({ timeout: 5 })
   await pushSql.end({ timeout: 5 })

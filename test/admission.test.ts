@@ -9,7 +9,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type postgres from 'postgres'
 import { createSql } from '../functions/lib/sql.ts'
-import { FairQueue } from '../functions/lib/admission.ts'
+import { CallerGone, FairQueue, ReadLimiter } from '../functions/lib/admission.ts'
 import { callApi } from '../functions/lib/db.ts'
 import { sha256Hex } from '../functions/lib/tokens.ts'
 import { type CreatedUser, type HttpResult, type TestWorld, startWorld } from './support/app.ts'
@@ -34,19 +34,47 @@ async function lockWaiters(sql: postgres.Sql): Promise<number> {
   return row!.n
 }
 
-/** A transaction of the test's own that holds a member's row until release(). */
-async function holdMember(world: TestWorld, member: CreatedUser) {
+/** A transaction of the test's own that holds a lock (`statement`) until release(). */
+async function holdLock(world: TestWorld, statement: (sql: postgres.ReservedSql) => Promise<unknown>) {
   const holder = createSql(world.databaseUrl, { max: 1 })
   const reserved = await holder.reserve()
   await reserved`begin`
-  await reserved`select 1 from app.users where id = ${uuidOf(member.id)} for update`
+  await statement(reserved)
+  let released = false
   return {
     async release() {
+      if (released) return
+      released = true
       await reserved`commit`
       reserved.release()
       await holder.end({ timeout: 5 })
     },
   }
+}
+
+/** A transaction of the test's own that holds a member's row until release(). */
+const holdMember = (world: TestWorld, member: CreatedUser) =>
+  holdLock(world, (tx) => tx`select 1 from app.users where id = ${uuidOf(member.id)} for update`)
+
+/** Statements waiting on a lock whose text contains `fragment`. */
+async function waitersAt(sql: postgres.Sql, fragment: string): Promise<number> {
+  const [row] = await sql<{ n: number }[]>`
+    select count(*)::int as n from pg_stat_activity
+    where datname = current_database() and wait_event_type = 'Lock' and query like ${`%${fragment}%`}`
+  return row!.n
+}
+
+/** Resolves with the promise's answer, or null once `waiting()` says the request waits for a turn. */
+async function answerOrWaiting(promise: Promise<HttpResult>, waiting: () => boolean): Promise<HttpResult | null> {
+  let answer: HttpResult | null = null
+  void promise.then((a) => (answer = a), () => {})
+  await until('an answer, or the request waiting for its turn', async () => ({ answered: answer !== null, waiting: waiting() }), (s) => s.answered || s.waiting)
+  return answer
+}
+
+/** One successful request, so the server knows whose the credential is (a stranger's runs one call at a time). */
+async function vouch(world: TestWorld, ...credentials: string[]) {
+  for (const auth of credentials) expect((await world.get('/v1/users/me', { auth })).status).toBe(200)
 }
 
 /** A PATCH of the member's own profile: it waits on the member's row while holdMember holds it. */
@@ -80,6 +108,7 @@ describe('one member’s flood of slow requests', () => {
   afterAll(() => world.close())
 
   it('takes at most half of the pool: another member is answered at once, and every slow request still succeeds', async () => {
+    await vouch(world, mallory.api_key, bob.api_key)
     const hold = await holdMember(world, mallory)
     let flood: Promise<HttpResult>[] = []
     try {
@@ -115,13 +144,14 @@ describe('one member’s line is bounded', () => {
   afterAll(() => world.close())
 
   it('past the requests that run and wait, one more is 429 with Retry-After at once; another member is not', async () => {
+    await vouch(world, mallory.api_key, bob.api_key)
     const hold = await holdMember(world, mallory)
     let flood: Promise<HttpResult>[] = []
     try {
       flood = Array.from({ length: 5 }, () => slowWrite(world, mallory))
       await until('two running requests at the lock', () => lockWaiters(world.sql), (n) => n === 2)
       // Two run, three wait: the line is full.
-      await until('three waiting', async () => world.admission.stats(), (s) => s.waiting === 3)
+      await until('three waiting', async () => world.admission.queue.stats(), (s) => s.waiting === 3)
       const refused = await within(slowWrite(world, mallory), 15_000, 'the request past the line')
       expect(refused.status).toBe(429)
       expect(refused.headers.get('retry-after')).toBe('1')
@@ -142,7 +172,7 @@ describe('one member’s line is bounded', () => {
     try {
       flood = Array.from({ length: 5 }, () => slowWrite(world, mallory))
       await until('two running requests at the lock', () => lockWaiters(world.sql), (n) => n === 2)
-      await until('three waiting', async () => world.admission.stats(), (s) => s.waiting === 3)
+      await until('three waiting', async () => world.admission.queue.stats(), (s) => s.waiting === 3)
       const invalid = await world.patch('/v1/users/me', { auth: mallory.api_key, json: { time_zone: 42 } })
       expect(invalid.status).toBe(429)
     } finally {
@@ -160,6 +190,7 @@ describe('a request without a turn in time', () => {
     })
     try {
       const mallory = await world.createUser('mallory')
+      await vouch(world, mallory.api_key)
       const hold = await holdMember(world, mallory)
       try {
         const first = slowWrite(world, mallory)
@@ -197,6 +228,8 @@ describe('across servers (edge isolates share no memory)', () => {
 
   it('the database runs at most 8 of one member’s requests at once: the rest are 429 at once, others unaffected', async () => {
     const other = await world.anotherServer(generous)
+    await vouch(world, mallory.api_key, bob.api_key)
+    expect((await fetch(`${other.baseUrl}/v1/users/me`, { headers: { authorization: `Bearer ${mallory.api_key}` } })).status).toBe(200)
     const hold = await holdMember(world, mallory)
     let running: Promise<HttpResult>[] = []
     const answered: HttpResult[] = []
@@ -232,36 +265,234 @@ describe('reads are rate-limited per member', () => {
     world = await startWorld()
     alice = await world.createUser('alice')
     bob = await world.createUser('bob')
-    // The rule is data (app.rate_limits): a small one here, 1,200 a minute in production.
+    // The rule is data (app.rate_limits): a small one here, 1,200 a minute in production. A server
+    // learns it when it first reports its counts (the first request it serves).
     await world.sql`update app.rate_limits set max_events = 5 where action = 'read'`
+    await vouch(world, bob.api_key)
+    await until('the server to learn the rule', async () => world.admission.reads.currentRule.max, (max) => max === 5)
   })
   afterAll(() => world.close())
 
-  it('the read past the limit is 429 with Retry-After and a sentence; writes and other members are not counted', async () => {
-    for (let i = 0; i < 5; i++) expect((await world.get('/v1/users/me', { auth: alice.api_key })).status).toBe(200)
+  it('the read past the limit is 429 with Retry-After and a sentence; failing reads count, writes and other members do not', async () => {
+    for (let i = 0; i < 3; i++) expect((await world.get('/v1/users/me', { auth: alice.api_key })).status).toBe(200)
+    // A read that fails costs what it costs: it is counted when it is let in.
+    for (let i = 0; i < 2; i++) expect((await world.get('/v1/todos/todo_00000000000000000000000000000000', { auth: alice.api_key })).status).toBe(404)
     const refused = await world.get('/v1/todos', { auth: alice.api_key })
     expect(refused.status).toBe(429)
     const wait = Number(refused.headers.get('retry-after'))
     expect(wait).toBeGreaterThanOrEqual(1)
     expect(wait).toBeLessThanOrEqual(120)
-    expect(refused.body).toEqual({ error: `Too many requests: at most 5 reads per 1 minute(s). Try again in ${wait} seconds.`, retry_after: wait })
-    // A refused read is not counted, a write is no read, and Bob has his own count.
+    expect(refused.body).toEqual({ error: `Too many requests: at most 5 reads per 1 minute(s). Try again in ${wait} seconds.` })
+    // A write is no read, and Bob has his own count.
     expect((await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'still writing' } })).status).toBe(201)
     expect((await world.get('/v1/users/me', { auth: bob.api_key })).status).toBe(200)
-    const [counted] = await world.sql<{ n: number }[]>`
-      select coalesce(sum(events), 0)::int as n from app.read_counters where user_id = ${uuidOf(alice.id)}`
-    expect(counted!.n).toBe(5)
   })
 
-  it('counts concurrent reads on separate rows, one per slot, and sums them', async () => {
+  it('a read writes nothing: the counts reach the database once a second, one statement for everyone', async () => {
     await world.sql`update app.rate_limits set max_events = 1000 where action = 'read'`
+    // An operator's change reaches the server with its next report (within about a second of reads).
+    await until('the server to learn the new rule', async () => {
+      await world.get('/v1/users/me', { auth: bob.api_key })
+      return world.admission.reads.currentRule.max
+    }, (max) => max === 1000)
     const carol = await world.createUser('carol')
+    const carolId = uuidOf(carol.id)
+    const reported = async () => (await world.sql<{ n: number }[]>`
+      select coalesce(sum(reads), 0)::int as n from app.read_counts where user_id = ${carolId}`)[0]!.n
+    const reports = () => world.statements.filter((text) => text.includes('app.record_reads')).length
+    const reportsBefore = reports()
     const answers = await Promise.all(Array.from({ length: 12 }, () => world.get('/v1/users/me', { auth: carol.api_key })))
     expect(answers.map((a) => a.status)).toEqual(Array(12).fill(200))
-    const rows = await world.sql<{ slot: number; events: number }[]>`
-      select slot, events from app.read_counters where user_id = ${uuidOf(carol.id)} order by slot`
-    expect(rows.reduce((sum, r) => sum + r.events, 0)).toBe(12)
-    expect(rows.every((r) => r.slot >= 1 && r.slot <= 8)).toBe(true)
+    // Twelve reads, at most one report (one a second at most, never two at once), and no request
+    // statement writes a count: the request's statement is the one it always was.
+    expect(reports() - reportsBefore).toBeLessThanOrEqual(1)
+    // Within about a second (the next request after it), the twelve are in the database.
+    await until('the counts reported', async () => {
+      await world.get('/v1/users/me', { auth: bob.api_key })
+      return await reported()
+    }, (n) => n >= 12)
+    expect(await reported()).toBe(12)
+    const requestStatements = world.statements.filter((text) => text.includes('app.admit_request'))
+    expect(requestStatements.length).toBeGreaterThan(12)
+    expect(requestStatements.filter((text) => /read_counts|record_reads|insert|update/i.test(text))).toEqual([])
+  })
+})
+
+describe('reads counted across servers (edge isolates share no memory)', () => {
+  it('a server learns the other servers’ reads when it reports its own, and refuses past the shared limit', async () => {
+    // Reports after every request here, so the test needs no clock.
+    const world = await startWorld({ reconcileEveryMs: 0 })
+    try {
+      await world.sql`update app.rate_limits set max_events = 6 where action = 'read'`
+      const alice = await world.createUser('alice')
+      const other = await world.anotherServer()
+      const onOther = () => fetch(`${other.baseUrl}/v1/users/me`, { headers: { authorization: `Bearer ${alice.api_key}` } }).then((r) => r.status)
+      // Six reads on the other server: all it allows.
+      for (let i = 0; i < 6; i++) expect(await onOther()).toBe(200)
+      await until('the other server’s six reads reported', async () =>
+        (await world.sql<{ n: number }[]>`select coalesce(sum(reads), 0)::int as n from app.read_counts where user_id = ${uuidOf(alice.id)}`)[0]!.n, (n) => n === 6)
+      // This server has seen none of them: its first read of Alice's is let in, and its report
+      // brings back the other's six; from then on it refuses too.
+      expect((await world.get('/v1/users/me', { auth: alice.api_key })).status).toBe(200)
+      await until('this server to learn the total', async () => world.admission.reads.estimate(uuidOf(alice.id)), (n) => n >= 7)
+      const refused = await world.get('/v1/users/me', { auth: alice.api_key })
+      expect(refused.status).toBe(429)
+      expect(refused.body.error).toMatch(/^Too many requests: at most 6 reads per 1 minute\(s\)/)
+    } finally {
+      await world.close()
+    }
+  })
+})
+
+describe('strangers: credentials the database has not vouched for', () => {
+  let world: TestWorld
+  let bobToken: string
+  // The app's pool may be all blocked here: the test looks through a connection of its own.
+  let probe: postgres.Sql
+
+  beforeAll(async () => {
+    // Production's derivation for a pool of 8: 4 for one member, 4 for all strangers together.
+    world = await startWorld({ statementTimeoutMs: 60_000 })
+    probe = createSql(world.databaseUrl, { max: 1 })
+    await world.createUser('bob')
+    bobToken = await world.token('bob', 'public')
+    await vouch(world, bobToken)
+  })
+  afterAll(async () => {
+    await probe.end({ timeout: 5 })
+    await world.close()
+  })
+
+  it('made-up API keys, each different, share half the pool: another member is answered meanwhile', async () => {
+    // Each made-up key's check (app.authenticate reads app.api_keys) is made slow by a lock; Bob
+    // signs in with an OAuth token, whose check does not read that table.
+    const hold = await holdLock(world, (tx) => tx`lock table app.api_keys in access exclusive mode`)
+    const flood: Promise<HttpResult>[] = []
+    try {
+      for (let i = 0; i < 12; i++) flood.push(world.get('/v1/users/me', { auth: `svc_sk_madeup${i}_${'x'.repeat(30)}` }))
+      await until('made-up keys at the lock', () => waitersAt(probe, 'app.authenticate'), (n) => n >= 4)
+      const me = await within(world.get('/v1/users/me', { auth: bobToken }), 15_000, 'Bob’s read during the flood')
+      expect(me.status).toBe(200)
+      expect(await waitersAt(probe, 'app.authenticate')).toBe(4)
+    } finally {
+      await hold.release()
+    }
+    expect((await Promise.all(flood)).map((a) => a.status)).toEqual(Array(12).fill(403))
+  }, 60_000)
+
+  it('requests without a credential that ask the database (GET /files/{key}) share the same half', async () => {
+    const hold = await holdLock(world, (tx) => tx`lock table app.uploads in access exclusive mode`)
+    const flood: Promise<Response>[] = []
+    try {
+      for (let i = 0; i < 12; i++) flood.push(fetch(`${world.baseUrl}/files/${i.toString(16).padStart(32, '0')}/x.png`))
+      await until('file lookups at the lock', () => waitersAt(probe, 'app.uploads'), (n) => n >= 4)
+      const me = await within(world.get('/v1/users/me', { auth: bobToken }), 15_000, 'Bob’s read during the flood')
+      expect(me.status).toBe(200)
+      expect(await waitersAt(probe, 'app.uploads')).toBe(4)
+    } finally {
+      await hold.release()
+    }
+    expect((await Promise.all(flood)).map((r) => r.status)).toEqual(Array(12).fill(404))
+  }, 60_000)
+
+  it('a new credential runs one request at a time until its first answer says whose it is', async () => {
+    const carol = await world.createUser('carol')
+    const hold = await holdMember(world, carol)
+    let flood: Promise<HttpResult>[] = []
+    try {
+      flood = Array.from({ length: 3 }, () => slowWrite(world, carol))
+      await until('one of Carol’s writes at the lock', () => waitersAt(probe, 'api.user_update'), (n) => n === 1)
+      await until('the other two waiting', async () => world.admission.queue.stats(), (s) => s.waiting === 2)
+      expect(await waitersAt(probe, 'api.user_update')).toBe(1)
+    } finally {
+      await hold.release()
+    }
+    expect((await Promise.all(flood)).map((a) => a.status)).toEqual([200, 200, 200])
+  })
+})
+
+describe('a revoked credential does not take its former member’s turns', () => {
+  let world: TestWorld
+  beforeAll(async () => {
+    // One of a member's requests runs at a time and one may wait: the line is easy to fill.
+    world = await startWorld({ statementTimeoutMs: 60_000, admission: { concurrency: 8, perMember: 1, waitingPerMember: 1, maxWaitMs: 60_000 } })
+  })
+  afterAll(() => world.close())
+
+  async function attack(alice: CreatedUser, revoked: string) {
+    const hold = await holdMember(world, alice)
+    const pending: Promise<HttpResult>[] = []
+    try {
+      // Alice's own write runs (her one turn) and waits on her row.
+      pending.push(world.patch('/v1/users/me', { auth: alice.api_key, json: { time_zone: 'Europe/Berlin' } }))
+      await until('Alice’s write at the lock', () => waitersAt(world.sql, 'api.user_update'), (n) => n === 1)
+      // The attacker's request with the revoked credential: it can only ever be 403, and it must
+      // not wait in Alice's line (which the server would, remembering whose the credential was).
+      const attacker = world.get('/v1/users/me', { auth: revoked })
+      pending.push(attacker)
+      const attackerAnswer = await answerOrWaiting(attacker, () => world.admission.queue.stats().waiting === 1)
+      // Alice's own read waits for her turn (or runs), never refused because of the attacker.
+      const read = world.get('/v1/users/me', { auth: alice.api_key })
+      pending.push(read)
+      const early = await answerOrWaiting(read, () => world.admission.queue.stats().waiting === (attackerAnswer ? 1 : 2))
+      expect(early?.status ?? 'waiting', early?.text).not.toBe(429)
+    } finally {
+      await hold.release()
+    }
+    const [write, attacker, read] = await Promise.all(pending)
+    expect(write!.status).toBe(200)
+    expect(attacker!.status).toBe(403)
+    expect(read!.status).toBe(200)
+  }
+
+  it('an API key deleted after use (a leaked key the member revoked) is a stranger again', async () => {
+    const alice = await world.createUser('alice')
+    const leaked = alice.read_only_api_key
+    // Both keys used once: the server has learned whose they are.
+    await vouch(world, alice.api_key, leaked)
+    await world.sql`delete from app.api_keys where key_hash = decode(${await sha256Hex(leaked)}, 'hex')`
+    expect((await world.get('/v1/users/me', { auth: leaked })).status).toBe(403)
+    await attack(alice, leaked)
+  })
+
+  it('a third-party app’s revoked (unexpired) access token is a stranger again', async () => {
+    const alice = await world.createUser('alice2')
+    const token = await world.token('alice2', 'public')
+    await vouch(world, alice.api_key, token)
+    await world.admin('revoke-token', '--token', token)
+    expect((await world.get('/v1/users/me', { auth: token })).status).toBe(403)
+    await attack(alice, token)
+  })
+})
+
+describe('a client that goes away is no server error', () => {
+  it('one that hangs up while its request waits for a turn is logged 400, not 503', async () => {
+    const world = await startWorld({ statementTimeoutMs: 60_000, admission: { concurrency: 8, perMember: 1, waitingPerMember: 5, maxWaitMs: 60_000 } })
+    try {
+      const alice = await world.createUser('alice')
+      await vouch(world, alice.api_key)
+      const hold = await holdMember(world, alice)
+      try {
+        const write = slowWrite(world, alice)
+        await until('Alice’s write at the lock', () => waitersAt(world.sql, 'api.user_update'), (n) => n === 1)
+        const id = `gone-${Math.random().toString(36).slice(2)}`
+        const abort = new AbortController()
+        const read = fetch(`${world.baseUrl}/v1/users/me`, { headers: { authorization: `Bearer ${alice.api_key}`, 'x-request-id': id }, signal: abort.signal })
+        read.catch(() => {})
+        await until('the read waiting for its turn', async () => world.admission.queue.stats(), (s) => s.waiting === 1)
+        abort.abort()
+        const line = await until(`the access-log line of ${id}`, async () => world.accessLog.find((l) => l.endsWith(`id=${id}`)) ?? null, (l) => l !== null)
+        // Anyone could write these lines at will (two requests, drop the second): a 503 says "we are failing".
+        expect(line).toMatch(/ 400 /)
+        expect(world.admission.queue.stats().waiting).toBe(0)
+        await hold.release()
+        expect((await write).status).toBe(200)
+      } finally {
+        await hold.release()
+      }
+    } finally {
+      await world.close()
+    }
   })
 })
 
@@ -290,7 +521,7 @@ describe('the fair queue (functions/lib/admission.ts)', () => {
     }
     await Promise.all(runs)
     expect(log).toEqual(['a1', 'b1', 'c1', 'a2', 'a3', 'a4'])
-    expect(queue.stats()).toEqual({ running: 0, waiting: 0, members: 0 })
+    expect(queue.stats()).toEqual({ running: 0, waiting: 0, lines: 0, strangers: 0 })
   })
 
   it('keeps a member to its share of the pool while others have room', async () => {
@@ -301,7 +532,7 @@ describe('the fair queue (functions/lib/admission.ts)', () => {
     const runs = [...a.map((g) => queue.run('a', g.call)), ...b.map((g) => queue.run('b', g.call))]
     await tick()
     expect(log).toEqual(['a1', 'a2', 'b1', 'b2'])
-    expect(queue.stats()).toEqual({ running: 4, waiting: 1, members: 2 })
+    expect(queue.stats()).toEqual({ running: 4, waiting: 1, lines: 2, strangers: 0 })
     for (const g of [...a, ...b]) g.open()
     await Promise.all(runs)
     expect(log).toEqual(['a1', 'a2', 'b1', 'b2', 'a3'])
@@ -320,7 +551,7 @@ describe('the fair queue (functions/lib/admission.ts)', () => {
     await tick()
     // Not a second line with two more turns: the member already runs two.
     expect(log).toEqual(['k1', 'k2'])
-    expect(queue.stats()).toEqual({ running: 2, waiting: 2, members: 1 })
+    expect(queue.stats()).toEqual({ running: 2, waiting: 2, lines: 1, strangers: 0 })
     byKey[0]!.open()
     await tick()
     await tick()
@@ -328,7 +559,7 @@ describe('the fair queue (functions/lib/admission.ts)', () => {
     for (const g of [...byKey, byMember]) g.open()
     await Promise.all(runs)
     expect(log).toEqual(['k1', 'k2', 'k3', 'm1'])
-    expect(queue.stats()).toEqual({ running: 0, waiting: 0, members: 0 })
+    expect(queue.stats()).toEqual({ running: 0, waiting: 0, lines: 0, strangers: 0 })
   })
 
   it('a caller that goes away leaves the line, and a failing call frees its turn', async () => {
@@ -337,15 +568,63 @@ describe('the fair queue (functions/lib/admission.ts)', () => {
     const first = gated(log, 'a1')
     const running = queue.run('a', first.call)
     const abort = new AbortController()
-    const abandoned = queue.run('a', async () => 'never', () => abort.signal)
+    const abandoned = queue.run('a', async () => 'never', { signal: () => abort.signal })
     abort.abort()
-    await expect(abandoned).rejects.toMatchObject({ status: 503 })
-    expect(queue.stats()).toEqual({ running: 1, waiting: 0, members: 1 })
+    await expect(abandoned).rejects.toBeInstanceOf(CallerGone)
+    expect(queue.stats()).toEqual({ running: 1, waiting: 0, lines: 1, strangers: 0 })
     first.open()
     await running
     await expect(queue.run('b', async () => { throw new Error('boom') })).rejects.toThrow('boom')
     expect(await queue.run('b', async () => 'next')).toBe('next')
-    expect(queue.stats()).toEqual({ running: 0, waiting: 0, members: 0 })
+    expect(queue.stats()).toEqual({ running: 0, waiting: 0, lines: 0, strangers: 0 })
+  })
+})
+
+describe('the read limiter (functions/lib/admission.ts)', () => {
+  it('estimates a sliding window from two buckets, and says when a read fits again', () => {
+    let now = 0
+    const reads = new ReadLimiter(() => now)
+    reads.learn({ rule: { max: 10, perMs: 60_000 }, totals: {} }, 0)
+    for (let i = 0; i < 10; i++) expect(reads.take('m')).toBeNull()
+    // The bucket is full: room comes when it has aged out entirely, a minute from its start.
+    expect(reads.take('m')).toBe(60)
+    now = 30_000
+    expect(reads.take('m')).toBe(30)
+    // The next bucket: the previous one weighs all of its 10 at its start, then less and less.
+    now = 60_000
+    expect(reads.estimate('m')).toBe(10)
+    expect(reads.take('m')).toBe(1)
+    now = 61_000
+    expect(reads.estimate('m')).toBeCloseTo(10 * (59 / 60))
+    expect(reads.take('m')).toBeNull()
+    expect(reads.take('m')).toBe(5)
+    // Two minutes on, nothing is left.
+    now = 180_000
+    expect(reads.estimate('m')).toBe(0)
+  })
+
+  it('adds every server’s reads as the database reports them, and merges a credential’s reads into its member’s', () => {
+    let now = 0
+    const reads = new ReadLimiter(() => now)
+    reads.learn({ rule: { max: 10, perMs: 60_000 }, totals: {} }, 0)
+    for (let i = 0; i < 3; i++) expect(reads.take('key k')).toBeNull()
+    reads.merge('key k', 'member')
+    expect(reads.estimate('member')).toBe(3)
+    const report = reads.report((name) => name === 'member')!
+    expect(report).toEqual({ bucket: 0, reads: { member: 3 } })
+    expect(reads.take('member')).toBeNull()
+    // The database counted this server's 3 and another server's 5; one more read arrived here since.
+    reads.learn({ rule: { max: 10, perMs: 60_000 }, totals: { member: { current: 8, previous: 0 } } }, report.bucket)
+    expect(reads.estimate('member')).toBe(9)
+    expect(reads.take('member')).toBeNull()
+    expect(reads.take('member')).not.toBeNull()
+    // A report that failed is sent again next time.
+    const failed = reads.report((name) => name === 'member')!
+    reads.unsend(failed)
+    expect(reads.report((name) => name === 'member')).toEqual(failed)
+    // No `read` rule in the database: reads are not limited.
+    reads.learn({ rule: null, totals: {} }, report.bucket)
+    for (let i = 0; i < 100; i++) expect(reads.take('member')).toBeNull()
   })
 })
 
@@ -361,7 +640,7 @@ describe('one request, one process', () => {
         $$;
         grant execute on function api.probe_parallel() to authenticated;`)
       const credential = { kind: 'api_key' as const, key_hash: await sha256Hex(alice.api_key) }
-      const body = await callApi(world.sql, { credential, access: 'read', read: true, publicUrl: 'http://api.test' }, 'api.probe_parallel', [])
+      const body = await callApi(world.sql, { credential, access: 'read', publicUrl: 'http://api.test' }, 'api.probe_parallel', [])
       expect(body).toBe('0')
     } finally {
       await world.close()

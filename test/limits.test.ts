@@ -36,7 +36,7 @@ describe('the statement timeout', () => {
       $$;
       grant execute on function api.probe_settings() to authenticated;`)
     const credential = { kind: 'api_key' as const, key_hash: await sha256Hex(alice.api_key) }
-    const body = await callApi(world.sql, { credential, access: 'read', read: true, publicUrl: 'http://api.test' }, 'api.probe_settings', [])
+    const body = await callApi(world.sql, { credential, access: 'read', publicUrl: 'http://api.test' }, 'api.probe_settings', [])
     expect(JSON.parse(body!)).toEqual({ timeout: '5s', role: 'authenticated' })
   })
 

@@ -1,6 +1,6 @@
 // Data exports: asking for an archive of your own data, and following its progress. The archive
 // is written by the export worker (functions/lib/exports.ts).
-import { callFor, respond } from '../lib/respond.ts'
+import { callFor, inTurn, respond } from '../lib/respond.ts'
 import { createRouter } from '../lib/router.ts'
 import { pageArgs } from '../lib/schemas.ts'
 import { EXPORT_KEY_PATTERN } from '../lib/storage.ts'
@@ -26,8 +26,8 @@ dataExports.get('/exports/:folder/export.json', async (c) => {
   const key = `exports/${c.req.param('folder')}/export.json`
   const gone = () => c.json({ error: 'No such export: it expired or was deleted.' }, 404, { 'cache-control': 'no-store' })
   if (!EXPORT_KEY_PATTERN.test(key) || !c.var.deps.storage.exportResponse) return gone()
-  const [live] = await c.var.deps.sql`
-    select 1 as live from app.exports where file_key = ${key} and status = 'ready' and expires_at > now()`
+  const [live] = await inTurn(c, () => c.var.deps.sql`
+    select 1 as live from app.exports where file_key = ${key} and status = 'ready' and expires_at > now()`)
   if (!live) return gone()
   return await c.var.deps.storage.exportResponse(key)
 })

@@ -3,10 +3,9 @@
 // A request is a single statement, so it is one round trip and its own transaction:
 //   1. `auth`  resolves the credential (app.authenticate, security definer): unknown key,
 //      revoked token → 403; lapsed subscription → 401; credential not allowed → 403.
-//   2. `admitted` takes one of the member's slots and counts a read (app.admit_request): too
-//      many of one member's requests at once, or too many reads → 429. It is what bounds one
-//      member's share of the database across servers and edge isolates (functions/lib/admission.ts
-//      queues within one).
+//   2. `admitted` takes one of the member's 8 slots (app.admit_request): a 9th request of one
+//      member at once → 429. It is what bounds one member's share of the database across servers
+//      and edge isolates (functions/lib/admission.ts queues within one, and counts reads).
 //   3. `ctx`   switches to role `authenticated` and sets `request.jwt.claims`, exactly as
 //      PostgREST and Supabase Realtime do, so auth.uid() and every RLS policy apply.
 //   4. the endpoint's api function runs and returns the response body as JSON text, and the
@@ -27,14 +26,12 @@ export type Credential =
 export interface CallContext {
   credential: Credential
   access: Access
-  /** A read (GET, HEAD): counted against the member's read rate limit (app.admit_request). */
-  read: boolean
   publicUrl: string
   /** Base of web url fields (WEB_URL); default publicUrl. */
   webUrl?: string
 }
 
-const FIXED_PARAMS = 5
+const FIXED_PARAMS = 4
 const statements = new Map<string, string>()
 
 /** The statement text for an api function with `argc` arguments, built once and prepared. */
@@ -47,7 +44,7 @@ function statementFor(fn: string, argc: number): string {
     text = `with auth as materialized (
   select app.authenticate($1::jsonb, $2::text) as claims
 ), admitted as materialized (
-  select app.admit_request((auth.claims ->> 'sub')::uuid, $5::boolean) as slot from auth
+  select app.admit_request((auth.claims ->> 'sub')::uuid) as slot from auth
 ), ctx as materialized (
   select set_config('role', 'authenticated', true) as role,
          set_config('request.jwt.claims', auth.claims::text, true) as claims,
@@ -76,10 +73,10 @@ export async function callApi(sql: Sql, context: CallContext, fn: string, args: 
   return (await callApiAs(sql, context, fn, args)).body
 }
 
-/** callApi, also telling whose request it was (the admission queue learns an API key's member from it). */
+/** callApi, also telling whose request it was (the fair queue learns a credential's member from it). */
 export async function callApiAs(sql: Sql, context: CallContext, fn: string, args: unknown[]): Promise<ApiResult> {
   // jsonb parameters take JS objects: postgres.js serializes by the type the server describes.
-  const params = [context.credential, context.access, context.publicUrl, context.webUrl ?? context.publicUrl, context.read, ...args]
+  const params = [context.credential, context.access, context.publicUrl, context.webUrl ?? context.publicUrl, ...args]
   // postgres.js sends JS strings and numbers as "unknown", so the function signature types them.
   const rows = await sql.unsafe(statementFor(fn, args.length), params as never[], { prepare: true })
   // The statement always yields exactly one row (its body may be null). None means postgres.js
@@ -95,4 +92,10 @@ export async function callApiAs(sql: Sql, context: CallContext, fn: string, args
  */
 export async function assertCredentialAllows(sql: Sql, credential: Credential, access: Access): Promise<void> {
   await sql.unsafe(`select app.authenticate($1::jsonb, $2::text)`, [credential, access] as never[], { prepare: true })
+}
+
+/** Whether an error is the database refusing the credential itself (unknown, revoked, expired: app.refuse_credential). */
+export function credentialRefused(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && (err as { code?: unknown }).code === 'PT403'
+    && (err as { hint?: unknown }).hint === 'credential refused'
 }

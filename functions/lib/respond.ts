@@ -1,8 +1,8 @@
 // From a validated request to the response: one api function call, its JSON text passed
 // through untouched (no parse and re-serialize on the hot path).
 import type { Access } from './db.ts'
-import { callApiAs } from './db.ts'
-import { AdmissionRefused } from './admission.ts'
+import { callApiAs, credentialRefused } from './db.ts'
+import { AdmissionRefused, type ReadReport, type ReadTotals } from './admission.ts'
 import type { AppContext } from './context.ts'
 import { ApiError } from './errors.ts'
 import { accessOf } from './access.ts'
@@ -10,27 +10,47 @@ import { weakTag } from './encoding.ts'
 
 /**
  * The one SQL call of a request, returning the function's JSON text. It runs in its member's
- * turn (functions/lib/admission.ts), and the database admits it (app.admit_request).
+ * turn (functions/lib/admission.ts), a read counted first, and the database admits it
+ * (app.admit_request).
  */
 export async function callFor(c: AppContext, fn: string, args: unknown[], access?: Access): Promise<string | null> {
   const credential = c.var.credential
   if (!credential) throw new ApiError(403, 'Authentication required: send an API key or an OAuth access token.')
   const { sql, publicUrl, webUrl } = c.var.deps
-  const read = c.req.method === 'GET' || c.req.method === 'HEAD'
-  const context = { credential, access: access ?? accessOf(c), read, publicUrl, webUrl }
-  const { body, member } = await inTurn(c, () => callApiAs(sql, context, fn, args))
-  c.var.admission.learn(credential, member)
-  return body
+  try {
+    const { body, member } = await inTurn(c, () => callApiAs(sql, { credential, access: access ?? accessOf(c), publicUrl, webUrl }, fn, args))
+    c.var.admission.learn(credential, member)
+    return body
+  } finally {
+    // Whatever the answer (a refused read too), this server's read counts reach the database
+    // about once a second, and every other server's come back.
+    c.var.admission.reconcile((report) => recordReads(c, report))
+  }
 }
 
-/** Runs a SQL call of the request's credential in its member's turn; a refused turn is answered 429 or 503 with Retry-After. */
+/** Sends this server's read counts (app.record_reads) in a turn of their own, and answers every server's totals. */
+async function recordReads(c: AppContext, report: ReadReport): Promise<ReadTotals> {
+  const [row] = await c.var.admission.queue.run('record reads', () => c.var.deps.sql.unsafe(
+    'select app.record_reads($1::jsonb, $2::timestamptz) as answer', [report.reads, new Date(report.bucket).toISOString()] as never[], { prepare: true }))
+  const answer = row!.answer as { rule: { max: number; per_ms: number } | null; totals: ReadTotals['totals'] }
+  return { rule: answer.rule && { max: answer.rule.max, perMs: Number(answer.rule.per_ms) }, totals: answer.totals }
+}
+
+/**
+ * Runs a SQL call of the request in its line's turn: the credential's (a read counted against
+ * the member's read limit), or the strangers' shared line without one. A refused turn is 429 or
+ * 503 with Retry-After; a caller that left while waiting gets the hang-up answer (errors.ts).
+ */
 export async function inTurn<T>(c: AppContext, call: () => Promise<T>): Promise<T> {
   const credential = c.var.credential
-  if (!credential) return await call()
+  const signal = () => c.req.raw.signal
   try {
-    return await c.var.admission.run(credential, call, () => c.req.raw.signal)
+    if (!credential) return await c.var.admission.runAnonymous(call, signal)
+    return await c.var.admission.run(credential, call, { read: c.req.method === 'GET' || c.req.method === 'HEAD', signal })
   } catch (err) {
     if (err instanceof AdmissionRefused) throw new ApiError(err.status, err.message, {}, { 'Retry-After': String(err.retryAfterSeconds) })
+    // Revoked since it was last seen: a stranger again, whose next requests no longer queue as its former member's.
+    if (credential && credentialRefused(err)) c.var.admission.forget(credential)
     throw err
   }
 }

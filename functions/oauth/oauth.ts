@@ -13,7 +13,8 @@ import type { Context } from 'hono'
 import { bodyLimit } from 'hono/body-limit'
 import { jwtVerify } from 'jose'
 import type { AppEnv } from '../lib/context.ts'
-import { CLIENT_HUNG_UP_MESSAGE, RETRY_AFTER_UNAVAILABLE_SECONDS, clientHungUp, describeError, isDatabaseUnavailable, unavailableLogLine } from '../lib/errors.ts'
+import { ApiError, CLIENT_HUNG_UP_MESSAGE, RETRY_AFTER_UNAVAILABLE_SECONDS, clientHungUp, describeError, isDatabaseUnavailable, unavailableLogLine } from '../lib/errors.ts'
+import { inTurn } from '../lib/respond.ts'
 import { randomToken, sha256Hex, signAccessToken, verifyAccessToken } from '../lib/tokens.ts'
 import { PAGE_HEADERS, consentPage, errorPage, formActionFor, pageCsp, signInPage } from './pages.ts'
 
@@ -137,7 +138,9 @@ async function clientCredentials(c: OAuthContext, form: URLSearchParams): Promis
 async function call<T = Record<string, unknown>>(c: OAuthContext, fn: string, args: unknown[]): Promise<T> {
   if (!/^app\.oauth_[a-z_]+$/.test(fn)) throw new Error(`not an OAuth function: ${fn}`)
   const params = args.map((_, i) => `$${i + 1}`).join(', ')
-  const rows = await c.var.deps.sql.unsafe(`select ${fn}(${params}) as result`, args as never[], { prepare: true })
+  // In the strangers' shared line of the fair queue (functions/lib/admission.ts): no request
+  // here has a member's credential, and together they may take no more than half the pool.
+  const rows = await inTurn(c, () => c.var.deps.sql.unsafe(`select ${fn}(${params}) as result`, args as never[], { prepare: true }))
   return rows[0]?.result as T
 }
 
@@ -345,6 +348,12 @@ oauth.onError((err, c) => {
   if (clientHungUp(err, c.req.raw)) {
     if (isPage(c)) return page(c, errorPage(CLIENT_HUNG_UP_MESSAGE), 400)
     return oauthError(c, { error: 'invalid_request', error_description: CLIENT_HUNG_UP_MESSAGE })
+  }
+  // No turn in the fair queue (too many requests at once): worth retrying, as below.
+  if (err instanceof ApiError && (err.status === 429 || err.status === 503)) {
+    const retryAfter = Number(err.headers['Retry-After'] ?? RETRY_AFTER_UNAVAILABLE_SECONDS)
+    if (isPage(c)) return page(c, errorPage('The service is busy. Try again in a moment.'), 503, { 'retry-after': String(retryAfter) })
+    return oauthError(c, { error: 'temporarily_unavailable', error_description: err.message, status: 503, retry_after: retryAfter })
   }
   // The database out of reach (a restart): 503, worth retrying (temporarily_unavailable, RFC 6749 section 4.1.2.1).
   if (isDatabaseUnavailable(err)) {

@@ -1,6 +1,6 @@
 // Uploads: direct uploads to storage with a pre-signed PUT, and the files served back.
 import { ApiError } from '../lib/errors.ts'
-import { callFor } from '../lib/respond.ts'
+import { callFor, inTurn } from '../lib/respond.ts'
 import { createRouter } from '../lib/router.ts'
 import { signUploadId } from '../lib/storage.ts'
 import { signingKey } from './signed-ids.ts'
@@ -63,7 +63,7 @@ uploads.get('/files/*', async (c) => {
   // Served only while its upload exists: a file whose upload was removed (its todo, comment or
   // message deleted, its member's account deleted) is gone at once, not when the storage worker
   // gets to its queued deletion (app.file_deletions) a minute or more later.
-  const [live] = await c.var.deps.sql`select 1 as live from app.uploads where key = ${key}`
+  const [live] = await inTurn(c, () => c.var.deps.sql`select 1 as live from app.uploads where key = ${key}`)
   if (!live) return c.json({ error: 'No such file.' }, 404)
   return await c.var.deps.storage.fileResponse(key)
 })

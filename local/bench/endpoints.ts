@@ -78,8 +78,17 @@ export function writerIds(fixture: Fixture): string[] {
 /** Removes what the write runs made since `since` (as the superuser: triggers run), and the writers' rate-limit counters, so every run starts alike. */
 async function removeWrites(sql: Sql, fixture: Fixture, table: 'todos' | 'reactions', since: Date): Promise<void> {
   const ids = writerIds(fixture)
-  if (table === 'todos') await sql`delete from app.todos where user_id = any (${ids}::uuid[]) and created_at >= ${since}`
-  else await sql`delete from app.reactions where user_id = any (${ids}::uuid[]) and created_at >= ${since}`
+  // A write a target's server still finishes (its client gone at the end of the run) can
+  // deadlock with this delete on the totals it also updates: the delete runs again.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      if (table === 'todos') await sql`delete from app.todos where user_id = any (${ids}::uuid[]) and created_at >= ${since}`
+      else await sql`delete from app.reactions where user_id = any (${ids}::uuid[]) and created_at >= ${since}`
+      break
+    } catch (err) {
+      if ((err as { code?: string }).code !== '40P01' || attempt === 5) throw err
+    }
+  }
   await sql`delete from app.rate_limit_counters where user_id = any (${ids}::uuid[])`
 }
 

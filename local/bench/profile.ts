@@ -49,7 +49,7 @@ export async function profile(input: ProfileInput): Promise<string> {
       const credential: Credential = { kind: 'api_key', key_hash: await sha256Hex(member.api_key) }
       const prepared = endpoint.prepare ? await endpoint.prepare(sql, fixture, 4) : []
       const calls = endpoint.calls({ fixture, client: 0, connections: 1, prepared })
-      const context = { credential, access: endpoint.access, read: endpoint.read, publicUrl: input.publicUrl }
+      const context = { credential, access: endpoint.access, publicUrl: input.publicUrl }
       const run = async (n: number) => {
         const call = calls[n % calls.length]!
         const t0 = performance.now()

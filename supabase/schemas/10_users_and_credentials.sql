@@ -196,6 +196,23 @@ grant usage on schema app to api_client;
 -- statement that runs the endpoint's function. This function decides everything that depends
 -- on stored state: does the key or token still exist, is the subscription active, may this
 -- credential do this kind of thing.
+create function app.refuse_credential(message text)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  raise exception using
+    errcode = 'PT403',
+    message = message,
+    hint = 'credential refused';
+end;
+$$;
+comment on function app.refuse_credential(text) is
+  'Raises the 403 of a credential that does not exist (an unknown API key, a revoked or unknown token), as app.http_error would, with the hint ''credential refused'': the fair queue (functions/lib/admission.ts) then forgets whose the credential was, so a revoked key never again queues in its former member''s line. Volatile so it is never folded at plan time.';
+grant execute on function app.refuse_credential(text) to service_role;
+
 create function app.authenticate(credential jsonb, access text)
 returns jsonb
 language plpgsql
@@ -222,7 +239,7 @@ begin
       join app.users u on u.id = k.user_id
      where k.key_hash = decode(credential ->> 'key_hash', 'hex');
     if member_id is null then
-      perform app.http_error(403, 'The API key is not valid.');
+      perform app.refuse_credential('The API key is not valid.');
     end if;
     granted := case when read_only then array['public'] else array['public', 'write'] end;
   elsif kind = 'oauth' and coalesce(credential ->> 'jti', '') ~ '^[0-9a-f-]{36}$' then
@@ -236,7 +253,7 @@ begin
        and t.revoked_at is null
        and t.expires_at > now();
     if member_id is null then
-      perform app.http_error(403, 'The access token is not valid: it was revoked, has expired or was never issued.');
+      perform app.refuse_credential('The access token is not valid: it was revoked, has expired or was never issued.');
     end if;
   else
     perform app.http_error(403, 'Authentication required: send an API key or an OAuth access token.');

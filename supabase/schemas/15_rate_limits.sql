@@ -39,21 +39,20 @@ comment on column app.rate_limit_counters.window_start is
   'Start of the bucket: date_bin of a tenth of the rule''s period.';
 create index rate_limit_counters_action_idx on app.rate_limit_counters (action);
 
--- Reads are counted per member and slot (a slot: one of the member's requests that may run at
--- once, app.admit_request), so that two reads of one member never update the same row: a
--- read's row lock lasts until its statement ends, and one row per member would serialize all of
--- that member's reads. Unlogged: counters are worth nothing after a crash (they start again at
--- zero), and a read must not write WAL. fillfactor 50 keeps every update HOT on its page.
-create unlogged table app.read_counters (
-  user_id         uuid references app.users(id) on delete cascade,
-  slot            smallint check (slot between 1 and 16),
-  bucket_start    timestamptz not null,
-  events          integer not null,
-  previous_events integer not null,
-  constraint read_counters_pkey primary key (user_id, slot)
-) with (fillfactor = 50);
-comment on table app.read_counters is
-  'Reads per member and slot in the current bucket of the `read` rule''s period (events) and in the one before it (previous_events): app.admit_request sums them over the member''s slots into a sliding-window estimate. Unlogged (a crash forgets them, which only forgives some reads) and one row per slot, so that a member''s concurrent reads never wait on each other''s row lock. No policy and no grant: only app.admit_request touches it.';
+-- Reads are counted in each server's memory (functions/lib/admission.ts, ReadLimiter) and sent
+-- here about once a second, one statement for all members a server saw, so that every server
+-- and edge isolate knows every other's counts: a read itself writes nothing and takes no
+-- transaction id. Unlogged: counts are worth nothing after a crash (they start again at zero)
+-- and must not cost WAL.
+create unlogged table app.read_counts (
+  user_id      uuid references app.users(id) on delete cascade,
+  bucket_start timestamptz,
+  reads        integer not null,
+  constraint read_counts_pkey primary key (user_id, bucket_start)
+);
+comment on table app.read_counts is
+  'Reads per member in buckets of the `read` rule''s period, summed over every server (app.record_reads): the current bucket and the one before give each server a sliding-window estimate. Unlogged (a crash forgets them, which only forgives some reads). No policy and no grant: only app.record_reads touches it.';
+create index read_counts_bucket_start_idx on app.read_counts (bucket_start);
 
 -- ============================================================================
 -- Helpers
@@ -120,7 +119,7 @@ comment on function app.hit_rate_limit(text) is
   'Counts one event of `limited_action` for the current member, or raises 429 when max_events events already happened within the rule''s period (a sliding window, in buckets of a tenth of the period; retry_after = seconds until enough of the oldest have aged out). A rejected event is not counted, and one that a later error rolls back is not either. Serialized per member and action with an advisory lock, so concurrent requests cannot exceed the limit.';
 grant execute on function app.hit_rate_limit(text) to authenticated;
 
-create function app.admit_request(member_id uuid, is_read boolean)
+create function app.admit_request(member_id uuid)
 returns smallint
 language plpgsql
 volatile
@@ -130,77 +129,61 @@ as $$
 declare
   -- How many requests of one member may run at once, on every server and edge isolate together.
   max_running constant smallint := 8;
-  taken_slot smallint;
-  rule app.rate_limits;
-  this_bucket timestamptz;
-  elapsed double precision;
-  reads_now bigint;
-  reads_before bigint;
-  wait_seconds integer;
 begin
   -- A slot is a transaction-scoped advisory lock: held until this request's statement ends, and
-  -- let go even when it fails or its connection dies. Taking one is no write.
+  -- let go even when it fails or its connection dies. Taking one writes nothing.
   for candidate in 1..max_running loop
     if pg_try_advisory_xact_lock(hashtextextended('app.admit_request ' || member_id::text || ' ' || candidate, 0)) then
-      taken_slot := candidate;
-      exit;
+      return candidate;
     end if;
   end loop;
-  if taken_slot is null then
-    perform app.http_error(429,
-      format('Too many requests at once: at most %s of one member''s requests run at the same time. Try again in a second.', max_running),
-      jsonb_build_object('retry_after', 1));
-  end if;
-  if not is_read then
-    -- Writes that grow a table have limits of their own (app.hit_rate_limit).
-    return taken_slot;
-  end if;
-
-  select * into rule from app.rate_limits r where r.action = 'read';
-  if rule.action is null then
-    return taken_slot;
-  end if;
-  -- A sliding window estimated from two fixed buckets (the current one, and the one before it
-  -- weighted by how much of it the window still covers): exact enough, and constant in space.
-  this_bucket := date_bin(rule.per, now(), timestamptz '2000-01-01 00:00:00+00');
-  elapsed := extract(epoch from now() - this_bucket) / extract(epoch from rule.per);
-  select coalesce(sum(case when c.bucket_start = this_bucket then c.events else 0 end), 0),
-         coalesce(sum(case when c.bucket_start = this_bucket then c.previous_events
-                           when c.bucket_start = this_bucket - rule.per then c.events else 0 end), 0)
-    into reads_now, reads_before
-    from app.read_counters c
-   where c.user_id = member_id;
-  if reads_before * (1 - elapsed) + reads_now >= rule.max_events then
-    -- When the estimate falls below the limit with no more reads: within this bucket as the
-    -- previous one's weight shrinks, else in the next bucket as this one's does.
-    wait_seconds := ceil(extract(epoch from rule.per) * case
-      when reads_now < rule.max_events and reads_before > 0
-        then (1 - (rule.max_events - reads_now)::double precision / reads_before) - elapsed
-      else (1 - elapsed) + greatest(0, 1 - rule.max_events::double precision / greatest(reads_now, 1)) end);
-    wait_seconds := least(greatest(1, wait_seconds), ceil(extract(epoch from rule.per) * 2)::integer);
-    perform app.http_error(429,
-      format('Too many requests: at most %s reads per %s. Try again in %s seconds.', rule.max_events,
-             case when rule.per >= interval '1 hour' then (extract(epoch from rule.per) / 3600)::integer || ' hour(s)'
-                  when rule.per >= interval '1 minute' then (extract(epoch from rule.per) / 60)::integer || ' minute(s)'
-                  else extract(epoch from rule.per)::integer || ' second(s)' end,
-             wait_seconds),
-      jsonb_build_object('retry_after', wait_seconds));
-  end if;
-
-  insert into app.read_counters as c (user_id, slot, bucket_start, events, previous_events)
-  values (member_id, taken_slot, this_bucket, 1, 0)
-  on conflict (user_id, slot) do update set
-    events = case when c.bucket_start = excluded.bucket_start then c.events + 1 else 1 end,
-    previous_events = case when c.bucket_start = excluded.bucket_start then c.previous_events
-                           when c.bucket_start = excluded.bucket_start - rule.per then c.events
-                           else 0 end,
-    bucket_start = excluded.bucket_start;
-  return taken_slot;
+  perform app.http_error(429,
+    format('Too many requests at once: at most %s of one member''s requests run at the same time. Try again in a second.', max_running),
+    jsonb_build_object('retry_after', 1));
+  return null;
 end;
 $$;
-comment on function app.admit_request(uuid, boolean) is
-  'Admits one API request of a member to the database, or raises 429 (issue 25, fair share). Every request takes one of the member''s 8 slots (transaction-scoped advisory locks, so no write and nothing to clean up): a member''s 9th request at once is refused, whichever server or edge isolate it reached, which is what bounds one member''s share of the database where isolates share no memory. Reads (is_read) are also counted against the `read` rule of app.rate_limits, a sliding window estimated from two buckets, counted on the slot''s own row of app.read_counters so concurrent reads of one member never wait on each other; a refused read is not counted, and neither is one whose request fails later (it rolls back). Runs in the request''s statement before the role switch (functions/lib/db.ts), as the API''s own role: security definer for the counters, which nobody else may touch.';
-grant execute on function app.admit_request(uuid, boolean) to service_role;
+comment on function app.admit_request(uuid) is
+  'Admits one API request of a member to the database, or raises 429 (issue 25, fair share): every request takes one of the member''s 8 slots, transaction-scoped advisory locks (no write, no transaction id, nothing to clean up), so a member''s 9th request at once is refused whichever server or edge isolate it reached. This is what bounds one member''s share of the database where isolates share no memory; each server''s fair queue (functions/lib/admission.ts) keeps a member to half its pool. Runs in the request''s statement after app.authenticate, before the role switch (functions/lib/db.ts), as the API''s own role.';
+grant execute on function app.admit_request(uuid) to service_role;
+
+create function app.record_reads(reads jsonb, bucket timestamptz)
+returns jsonb
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  rule app.rate_limits;
+  period interval;
+begin
+  select * into rule from app.rate_limits r where r.action = 'read';
+  period := coalesce(rule.per, interval '1 minute');
+  -- In member order, so two servers reporting the same members never deadlock; members deleted
+  -- since their reads are left out by the join.
+  insert into app.read_counts as c (user_id, bucket_start, reads)
+  select u.id, bucket, sum(r.value::integer)::integer
+    from jsonb_each_text(reads) r
+    join app.users u on u.id = r.key::uuid
+   group by u.id
+   order by u.id
+  on conflict (user_id, bucket_start) do update set reads = c.reads + excluded.reads;
+  -- Buckets that no longer count: the window is this bucket and the one before.
+  delete from app.read_counts c where c.bucket_start < bucket - period;
+  return jsonb_build_object(
+    'rule', case when rule.action is not null
+      then jsonb_build_object('max', rule.max_events, 'per_ms', (extract(epoch from rule.per) * 1000)::bigint) end,
+    'totals', coalesce((
+      select jsonb_object_agg(r.key, jsonb_build_object(
+        'current', coalesce((select c.reads from app.read_counts c where c.user_id = r.key::uuid and c.bucket_start = bucket), 0),
+        'previous', coalesce((select c.reads from app.read_counts c where c.user_id = r.key::uuid and c.bucket_start = bucket - period), 0)))
+      from jsonb_each_text(reads) r), '{}'::jsonb));
+end;
+$$;
+comment on function app.record_reads(jsonb, timestamp with time zone) is
+  'Adds one server''s reads ({member uuid: reads since its last report}) to the bucket starting at `bucket`, and answers every server''s reads of those members in that bucket and the one before, with the `read` rule (null when there is none: reads are not limited). Why: the read rate limit is counted in each server''s memory, so a read writes nothing; this one statement a second per server is how edge isolates, which share no memory, learn each other''s counts (functions/lib/admission.ts, ReadLimiter). Security definer: nobody else may touch app.read_counts.';
+grant execute on function app.record_reads(jsonb, timestamp with time zone) to service_role;
 
 -- ============================================================================
 -- Row-level security and grants
@@ -215,9 +198,9 @@ grant select on app.rate_limits to authenticated;
 alter table app.rate_limit_counters enable row level security;
 -- No policy and no grant: members never touch this table; security definer functions do.
 
--- app.read_counters
-alter table app.read_counters enable row level security;
--- No policy and no grant: only app.admit_request (security definer) touches it.
+-- app.read_counts
+alter table app.read_counts enable row level security;
+-- No policy and no grant: only app.record_reads (security definer) touches it.
 
 -- ============================================================================
 -- Execute only where granted above

@@ -61,6 +61,8 @@ export interface WorldOptions {
   push?: { transport: PushTransport; apns: ApnsConfig | null }
   /** The fair queue's limits (functions/lib/admission.ts); default: as production derives them from the pool (8 here). */
   admission?: AdmissionLimits
+  /** How often the server sends its read counts to the database; default production's second. */
+  reconcileEveryMs?: number
 }
 
 export async function startWorld(options: WorldOptions = {}) {
@@ -89,7 +91,7 @@ export async function startWorld(options: WorldOptions = {}) {
     webhookAllowPrivate, webhookSender, webhookDrain: { scheduleMs: [200, 400, 800], giveUpAfterMs: 60_000 },
     webUrl: options.webUrl, brotli: nodeBrotli, docsScript: nodeDocsScript, accessLog: (line: string) => accessLog.push(line),
     pushTransport: options.push?.transport, apns: options.push?.apns, pushDrain: { scheduleMs: [200], giveUpAfterMs: 60_000, jitter: 0 },
-    admission: new Admission(options.admission ?? admissionLimitsFor(8)),
+    admission: new Admission(options.admission ?? admissionLimitsFor(8), { reconcileEveryMs: options.reconcileEveryMs }),
   }
   const app = createApp(deps)
   app.route('/', storage.routes)
@@ -127,14 +129,15 @@ export async function startWorld(options: WorldOptions = {}) {
    * Another server of the same API on the same database, with a pool and a fair queue of its own
    * (a second `npm start`, or another edge isolate): what one server's memory knows, it does not.
    */
-  async function anotherServer(admission?: AdmissionLimits): Promise<{ baseUrl: string; sql: typeof sql }> {
+  async function anotherServer(admission?: AdmissionLimits): Promise<{ baseUrl: string; sql: typeof sql; admission: Admission }> {
     const otherSql = createSql(url, { max: 8, statementTimeoutMs: options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS })
-    const other = createApp({ ...deps, sql: otherSql, admission: new Admission(admission ?? options.admission ?? admissionLimitsFor(8)) })
+    const otherAdmission = new Admission(admission ?? options.admission ?? admissionLimitsFor(8), { reconcileEveryMs: options.reconcileEveryMs })
+    const other = createApp({ ...deps, sql: otherSql, admission: otherAdmission })
     const otherUrl = await new Promise<string>((resolve) => {
       others.push(serve({ fetch: closeAfterUnreadBody(other.fetch), hostname: '127.0.0.1', port: 0 }, (info) => resolve(`http://127.0.0.1:${info.port}`)))
     })
     closers.push(() => otherSql.end({ timeout: 5 }))
-    return { baseUrl: otherUrl, sql: otherSql }
+    return { baseUrl: otherUrl, sql: otherSql, admission: otherAdmission }
   }
   const closers: (() => Promise<void>)[] = []
 
