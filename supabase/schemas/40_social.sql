@@ -588,6 +588,27 @@ comment on function api.todo_comments(text, integer, text) is
   'GET /v1/todos/{todo_id}/comments: oldest first (a conversation reads top-down), replies included with their parent_id, comments of muted members left out.';
 grant execute on function api.todo_comments(text, integer, text) to authenticated;
 
+create function app.lock_reactable(target_todo uuid, target_comment uuid)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  -- Parent first, as a delete cascades: the todo, then the comment.
+  perform 1 from app.todos t
+   where t.id = coalesce(target_todo, (select c.todo_id from app.comments c where c.id = target_comment))
+     for key share;
+  if target_comment is not null then
+    perform 1 from app.comments c where c.id = target_comment for key share;
+  end if;
+end;
+$$;
+comment on function app.lock_reactable(uuid, uuid) is
+  'Locks what a reaction is on (the todo, and the comment) before the reaction is added or removed, in the order a delete of the todo or comment takes them. Why: a reaction''s row and its counter update (and notification) came before the todo''s row, while deleting the todo locks the todo first and then cascades to its comments and reactions, so the two deadlocked (found by test/races.test.ts: 503 for a like racing the todo''s deletion). Key share: concurrent likes of one todo do not wait for each other here; a delete waits for them, or they for it. Security definer: a member may like what they cannot update, and row locks need the row to pass the update policies.';
+grant execute on function app.lock_reactable(uuid, uuid) to authenticated;
+
 create function api.reaction_create(reactable_type text, reactable_id text)
 returns jsonb
 language plpgsql
@@ -605,6 +626,7 @@ begin
     if target_todo is null or reactable_id !~ '^todo_' then
       perform app.http_error(422, format('reactable_id: no todo matches %L.', reactable_id));
     end if;
+    perform app.lock_reactable(target_todo, null);
     -- A unique index, not a check-then-insert: concurrent likes leave one row.
     insert into app.reactions (user_id, todo_id) values (me, target_todo)
     on conflict (todo_id, user_id) where todo_id is not null do nothing
@@ -619,6 +641,7 @@ begin
     if target_comment is null then
       perform app.http_error(422, format('reactable_id: no comment matches %L.', reactable_id));
     end if;
+    perform app.lock_reactable(null, target_comment);
     insert into app.reactions (user_id, comment_id) values (me, target_comment)
     on conflict (comment_id, user_id) where comment_id is not null do nothing
     returning * into reaction;
@@ -652,6 +675,7 @@ begin
   elsif target.user_id <> (select auth.uid()) then
     perform app.http_error(403, 'You can only remove your own reactions.');
   end if;
+  perform app.lock_reactable(target.todo_id, target.comment_id);
   delete from app.reactions r where r.id = target.id;
   return null;
 end;
