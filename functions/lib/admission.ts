@@ -6,7 +6,9 @@
 // every connection while everyone else waited behind them. Here:
 //   - at most `concurrency` calls run at once, all lines together (the pool's size), so no
 //     statement is ever pipelined behind another on a busy connection;
-//   - at most `perMember` of them are one line's: the rest of the pool stays free for others;
+//   - at most `perMember` of them are one line's (a quarter of the pool, which is half the
+//     machine's cores: one statement is one process on one core), so the rest of the pool and
+//     of the CPU stays free for others;
 //   - a line's further calls wait in it, at most `waitingPerMember` of them (past it: 429 with
 //     Retry-After), and when a connection frees up the next line in turn gets it (round robin),
 //     not the oldest request;
@@ -35,11 +37,17 @@ export interface AdmissionLimits {
   maxWaitMs: number
 }
 
-/** The limits for a pool of `poolSize` connections: half of it for one member, at least one. */
+/**
+ * The limits for a pool of `poolSize` connections (twice the cores: local/config.ts): a quarter
+ * of it for one member, at least one. A quarter, not half: a costly statement keeps its core
+ * busy, and with half the pool one member's floods used every core of a 2-core machine, so
+ * another member's reads shared the CPU with them (p99 up to 2.5× in the fairness bench); with a
+ * core left over they did not notice the flood (docs/performance.md, "Fairness").
+ */
 export function admissionLimitsFor(poolSize: number): AdmissionLimits {
   return {
     concurrency: poolSize,
-    perMember: Math.max(1, Math.floor(poolSize / 2)),
+    perMember: Math.max(1, Math.floor(poolSize / 4)),
     waitingPerMember: 32,
     maxWaitMs: 10_000,
   }
