@@ -513,6 +513,28 @@ describe('one member cannot shut another member out of a host they share', () =>
   }, 90_000)
 })
 
+describe('what the worker knows of a member\'s receivers on a host', () => {
+  it('goes with the member\'s last subscription to the host (deleted, or its url moved to another host); another member\'s stays', async () => {
+    const alice = await member('alice')
+    const bob = await member('bob')
+    const first = await subscribe(alice, 'http://127.0.0.61:9/first')
+    const second = await subscribe(alice, 'http://127.0.0.61:9/second')
+    await subscribe(bob, 'http://127.0.0.61:9/bob')
+    await world.sql`
+      insert into app.webhook_breakers (user_id, host, failures, failing_since)
+      select app.from_public_id('user', u), '127.0.0.61:9', 3, now() from unnest(${[alice.id, bob.id]}::text[]) u`
+    const known = async () => (await world.sql<{ id: string }[]>`select app.to_public_id('user', user_id) as id from app.webhook_breakers`).map((r) => r.id).sort()
+    // One of alice's two subscriptions there goes: she still has one on the host.
+    expect((await world.delete(`/v1/webhooks/subscriptions/${first.id}`, { auth: alice.api_key })).status).toBe(204)
+    expect(await known()).toEqual([alice.id, bob.id].sort())
+    // A change of path on the same host keeps it; the last one moving to another host takes it along.
+    expect((await world.patch(`/v1/webhooks/subscriptions/${second.id}`, { auth: alice.api_key, json: { url: 'http://127.0.0.61:9/other' } })).status).toBe(200)
+    expect(await known()).toEqual([alice.id, bob.id].sort())
+    expect((await world.patch(`/v1/webhooks/subscriptions/${second.id}`, { auth: alice.api_key, json: { url: 'http://127.0.0.62:9/moved' } })).status).toBe(200)
+    expect(await known()).toEqual([bob.id])
+  })
+})
+
 describe('a receiver slower than a few seconds', () => {
   it('leaves its worker slot to wait apart; past the waiting room, the oldest waiting request is cut short and recorded as no answer', async () => {
     // 2 slots; a request unanswered after 300 ms waits apart, 2 at most; six members, each with

@@ -650,6 +650,29 @@ create trigger _100_queue_turns_on_update after update on app.webhook_deliveries
   referencing old table as old_rows new table as new_rows
   for each statement execute function app.tg_webhook_deliveries__queue_turns();
 
+create function app.tg_webhook_subscriptions__forget_breakers()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  if tg_op = 'UPDATE' and new.host is not distinct from old.host then
+    return null;
+  end if;
+  delete from app.webhook_breakers b
+   where b.user_id = old.user_id and b.host = old.host
+     and not exists (select 1 from app.webhook_subscriptions s
+                      where s.user_id = old.user_id and s.host = old.host and s.id <> old.id);
+  return null;
+end;
+$$;
+comment on function app.tg_webhook_subscriptions__forget_breakers() is
+  'When a member''s last subscription to a host goes (deleted, or its url moved to another host), what the worker knew of the member''s receivers there goes too (app.webhook_breakers): otherwise every host a member ever tried would keep a row (30 new urls per 10 minutes). Forgetting an open breaker gains nothing: the pair is unproven again, held to the unproven half of the slots, and a new url counts against webhook_subscription_create. Security definer: members have no grant on app.webhook_breakers.';
+create trigger _200_forget_breakers after update of url or delete on app.webhook_subscriptions
+  for each row execute function app.tg_webhook_subscriptions__forget_breakers();
+
 -- ============================================================================
 -- API functions
 -- ============================================================================

@@ -408,6 +408,25 @@ begin
 end;
 $function$;
 
+-- app.tg_webhook_subscriptions__forget_breakers: supabase/schemas/80_webhooks.sql
+CREATE OR REPLACE FUNCTION app.tg_webhook_subscriptions__forget_breakers()
+  RETURNS TRIGGER
+  LANGUAGE plpgsql
+  SECURITY DEFINER
+  SET search_path TO ''
+  AS $function$
+begin
+  if tg_op = 'UPDATE' and new.host is not distinct from old.host then
+    return null;
+  end if;
+  delete from app.webhook_breakers b
+   where b.user_id = old.user_id and b.host = old.host
+     and not exists (select 1 from app.webhook_subscriptions s
+                      where s.user_id = old.user_id and s.host = old.host and s.id <> old.id);
+  return null;
+end;
+$function$;
+
 -- app.webhook_breakers: supabase/schemas/80_webhooks.sql
 ALTER TABLE "app"."webhook_breakers"
   ADD CONSTRAINT "webhook_breakers_user_id_fkey" FOREIGN KEY (user_id) REFERENCES app.users(id) ON DELETE CASCADE;
@@ -418,6 +437,12 @@ CREATE INDEX webhook_leases_unproven_idx ON app.webhook_leases USING btree (clai
 
 -- index webhook_leases_user_id_host_idx on app.webhook_leases: supabase/schemas/80_webhooks.sql
 CREATE INDEX webhook_leases_user_id_host_idx ON app.webhook_leases USING btree (user_id, host);
+
+-- trigger _200_forget_breakers on app.webhook_subscriptions: supabase/schemas/80_webhooks.sql
+CREATE TRIGGER _200_forget_breakers
+  AFTER DELETE OR UPDATE OF url ON app.webhook_subscriptions
+  FOR EACH ROW
+  EXECUTE FUNCTION app.tg_webhook_subscriptions__forget_breakers();
 
 -- app.webhook_subscriptions: supabase/schemas/80_webhooks.sql
 COMMENT ON COLUMN "app"."webhook_subscriptions"."host" IS 'The URL''s host as the URL standard means it: the host name and the port when it is not the scheme''s default (hooks.example.com, hooks.example.com:8443, [::1]:8080), lower-cased (the URL is stored parsed, so it already is). With the member, what the worker''s circuit breaker and per-host cap count by (app.webhook_breakers, app.webhook_leases): a member''s receivers on one host are one thing that answers or not, and another member''s on the same host (hooks.slack.com, script.google.com) another. With the port, because a closed or silent port of your receiver''s machine is not your receiver.';
@@ -431,6 +456,9 @@ COMMENT ON FUNCTION "app"."record_webhook_attempt"(uuid, uuid, integer, text, ti
 -- app.take_webhook_deliveries: supabase/schemas/80_webhooks.sql
 COMMENT ON FUNCTION "app"."take_webhook_deliveries"(integer, interval, integer, interval, integer, integer, integer) IS 'The worker''s claim: up to `batch` due deliveries, leased for `lease` (their next_attempt_at moved past the send) in one short statement that commits at once. Fair (issue 25): subscriptions are taken in turn (app.webhook_queue: one delivery each per round, then to the back); across all workers (app.webhook_leases) one member has at most a quarter of the calling drain''s `slots` in flight, and at most host_cap to one host; deliveries to (member, host) pairs not known to answer (app.webhook_breakers: never answered, or failing) hold at most half of the slots together; nothing goes to a pair whose breaker is open (one probe when half-open). Breakers and caps are per member and host, so that members sharing a receiving host (hooks.slack.com) share no fate there. The worker keeps a request in a slot for slow_after at most (functions/lib/webhooks.ts): the unproven half counts leases claimed more recently than that. A million pending deliveries of one subscription cost a claim one index probe. Why a lease and not a lock held while sending: a transaction open for a slow receiver kept every row of its batch locked, so other members'' todo deletions and switch-offs waited on it and failed (503). Claims are serialized (an advisory lock) so the caps count exactly; rows on lease are not due, so no delivery is sent twice at once as long as the lease outlasts a send (the worker makes it so); a worker that dies leaves its rows due again when the lease ends, with the same webhook-id (at least once). The defaults are the worker''s numbers (functions/lib/webhooks.ts), which passes its own; member_cap and unproven_cap replace the shares where a test needs them out of its way.';
 
+-- app.tg_webhook_subscriptions__forget_breakers: supabase/schemas/80_webhooks.sql
+COMMENT ON FUNCTION "app"."tg_webhook_subscriptions__forget_breakers"() IS 'When a member''s last subscription to a host goes (deleted, or its url moved to another host), what the worker knew of the member''s receivers there goes too (app.webhook_breakers): otherwise every host a member ever tried would keep a row (30 new urls per 10 minutes). Forgetting an open breaker gains nothing: the pair is unproven again, held to the unproven half of the slots, and a new url counts against webhook_subscription_create. Security definer: members have no grant on app.webhook_breakers.';
+
 -- app.webhook_breakers: supabase/schemas/80_webhooks.sql
 COMMENT ON TABLE "app"."webhook_breakers" IS 'What the worker knows of each member''s receivers on a host (user_id, host: the URL''s host, name and port), once one was attempted: failures = 0, it answered its last attempt (any HTTP status); failures > 0, that many attempts in a row got no HTTP answer (timeout, refused or reset connection, DNS) since failing_since. A pair with no row was never attempted, or gave up. Keyed by member as well as host (issue 25 review): on a host many members share (hooks.slack.com, script.google.com, webhook.site), one member''s paths that hang must not open the breaker, or turn off the subscriptions, of another member''s paths. At breaker_after failures (5) the pair opens: until open_until nothing of the member goes to the host, none of its deliveries is attempted or counted as an attempt, and its subscriptions wait for open_until (app.webhook_queue); then it is half-open and one delivery goes as the probe: an answer closes it, no answer opens it again for twice the cool-down (30 s doubling up to 10 min, cooldown holds the last one). A pair that answered nothing for the give-up window (about three days, from failing_since) gets the member''s subscriptions to the host turned off, as a delivery that failed that long does, and its row goes. A pair that is not known to answer (no row, or failures > 0) is unproven: together such deliveries may hold at most half of a drain''s slots (app.take_webhook_deliveries), so that new hosts (a fresh subdomain or port each time) cannot be used to meet closed breakers again. No policy and no grant: the worker''s functions write it.';
 
@@ -442,6 +470,12 @@ REVOKE ALL ON FUNCTION "app"."take_webhook_deliveries"(integer, interval, intege
 
 -- app.take_webhook_deliveries: supabase/schemas/80_webhooks.sql
 GRANT EXECUTE ON FUNCTION "app"."take_webhook_deliveries"(integer, interval, integer, interval, integer, integer, integer) TO "postgres";
+
+-- app.tg_webhook_subscriptions__forget_breakers: supabase/schemas/80_webhooks.sql
+REVOKE ALL ON FUNCTION "app"."tg_webhook_subscriptions__forget_breakers"() FROM PUBLIC;
+
+-- app.tg_webhook_subscriptions__forget_breakers: supabase/schemas/80_webhooks.sql
+GRANT EXECUTE ON FUNCTION "app"."tg_webhook_subscriptions__forget_breakers"() TO "postgres";
 
 
 -- Data (written by hand): a PATCH that changes a subscription's url counts against the
