@@ -532,6 +532,15 @@ describe('what the worker knows of a member\'s receivers on a host', () => {
     expect(await known()).toEqual([alice.id, bob.id].sort())
     expect((await world.patch(`/v1/webhooks/subscriptions/${second.id}`, { auth: alice.api_key, json: { url: 'http://127.0.0.62:9/moved' } })).status).toBe(200)
     expect(await known()).toEqual([bob.id])
+    // A request to the old host that was in flight meanwhile, recorded after: nothing comes back.
+    for (const status of [200, null]) {
+      const todo = randomUUID()
+      await world.sql`
+        insert into app.webhook_leases (subscription_id, todo_id, host, user_id, until)
+        values (app.from_public_id('hook', ${second.id}), ${todo}, '127.0.0.61:9', app.from_public_id('user', ${alice.id}), now() + interval '1 minute')`
+      await world.sql`select app.record_webhook_attempt(app.from_public_id('hook', ${second.id}), ${todo}::uuid, ${status}::integer, 'x', now(), null)`
+      expect(await known()).toEqual([bob.id])
+    }
   })
 })
 
@@ -629,6 +638,8 @@ describe('the claim at scale', () => {
     // them for deliveries it does not take), all due, older than bob's.
     await world.sql.begin(async (tx) => {
       await tx`set local session_replication_role = replica`
+      // Setup, not what is measured: no request's statement timeout on a busy machine.
+      await tx`set local statement_timeout = 0`
       await tx`
         insert into app.webhook_deliveries (subscription_id, todo_id, next_attempt_at, created_at)
         select app.from_public_id('hook', ${deadSub.id}), gen_random_uuid(), now() - interval '1 day' + g * interval '1 ms', now() - interval '1 day'

@@ -446,6 +446,12 @@ begin
     return;
   end if;
   select * into breaker from app.webhook_breakers b where b.user_id = target_member and b.host = target_host;
+  if breaker.user_id is null and not exists (select 1 from app.webhook_subscriptions s
+                                             where s.user_id = target_member and s.host = target_host) then
+    -- The member has no subscription there any more (a url changed while this was in flight):
+    -- nothing to keep (app.tg_webhook_subscriptions__forget_breakers).
+    return;
+  end if;
   if response_status is not null then
     -- An answer, whatever it says: the member's receivers there are there. Known to answer from
     -- now on (a row with no failures: written once, not at every delivery); closed, and what
