@@ -32,7 +32,8 @@ export interface NodePushOptions {
 
 export function nodePushTransport(options: NodePushOptions): PushTransport & { close(): Promise<void> } {
   const sessions = new Map<string, http2.ClientHttp2Session>()
-  const webSender = nodeWebhookSender({ allowPrivate: options.allowPrivate })
+  // Eight connections to a push service's origin at most, as before webhooks lifted the default.
+  const webSender = nodeWebhookSender({ allowPrivate: options.allowPrivate, connectionsPerOrigin: 8 })
 
   function session(origin: string): http2.ClientHttp2Session {
     const open = sessions.get(origin)

@@ -5,11 +5,14 @@
 // same for every writer, but a notifying transaction takes a global lock at commit, which
 // serialized concurrent POSTs: 1.8× slower with 3 subscriptions, docs/performance.md.) Never two
 // drains at once in one process: a kick during a drain makes it claim again at once (its free
-// slots take what is due: a slow delivery under way holds only its own slot, issue 25).
+// slots take what is due: a slow delivery under way holds its own slot, and for 2 s at most, issue 25).
 import type { Sql } from 'postgres'
 import { type Drain, type DrainOptions, type DrainResult, type WebhookSender, startDrain } from '../functions/lib/webhooks.ts'
 
-/** How npm start (and npm run webhook-worker) drain: 2 lanes of 10, 20 deliveries in flight at most. */
+/**
+ * How npm start (and npm run webhook-worker) drain: 2 lanes of 10, 20 slots (5 for one member, 10
+ * for receivers not known to answer), and a waiting room of 80 for requests slower than 2 s.
+ */
 export const LOCAL_WEBHOOK_DRAIN: DrainOptions = { lanes: 2 }
 
 export interface WebhookRunner {

@@ -18,6 +18,13 @@ export interface NodeSenderOptions {
   allowPrivate: boolean
   /** How host names resolve; the system resolver unless a test names its own. */
   resolve?: (hostname: string) => Promise<LookupAddress[]>
+  /**
+   * Connections kept to one origin at most; default none. Webhooks need none: what goes to one
+   * host is bounded per member by the database (HOST_CONCURRENCY for each member) and in all by
+   * the drain's slots and waiting room, and a limit per origin here would queue one member's
+   * deliveries behind another member's hanging ones on a host they share (hooks.slack.com).
+   */
+  connectionsPerOrigin?: number | null
 }
 
 class RefusedAddress extends Error {}
@@ -38,7 +45,7 @@ export function nodeWebhookSender(options: NodeSenderOptions): WebhookSender & {
   }
 
   const agent = new Agent({
-    connections: 8,
+    connections: options.connectionsPerOrigin ?? null,
     keepAliveTimeout: 4_000,
     connect: {
       // net.connect and tls.connect call this instead of the system resolver.
@@ -58,7 +65,9 @@ export function nodeWebhookSender(options: NodeSenderOptions): WebhookSender & {
     const target = webhookTarget(webhook.url, options.allowPrivate)
     if ('error' in target) return { status: null, error: target.error }
     const { url } = target
-    const signal = AbortSignal.timeout(webhook.timeoutMs)
+    const timeout = AbortSignal.timeout(webhook.timeoutMs)
+    // The worker's signal cuts the request short (functions/lib/webhooks.ts, the waiting room).
+    const signal = webhook.signal ? AbortSignal.any([timeout, webhook.signal]) : timeout
     try {
       const response = await request(url, {
         method: 'POST',
@@ -84,7 +93,8 @@ export function nodeWebhookSender(options: NodeSenderOptions): WebhookSender & {
       const cause = (err as { cause?: unknown }).cause
       const refused = err instanceof RefusedAddress ? err : cause instanceof RefusedAddress ? cause : null
       if (refused) return { status: null, error: refused.message }
-      if (signal.aborted) return { status: null, error: `no answer within ${webhook.timeoutMs} ms` }
+      if (timeout.aborted) return { status: null, error: `no answer within ${webhook.timeoutMs} ms` }
+      if (signal.aborted) return { status: null, error: 'cut short by the worker' }
       return { status: null, error: (err as Error).message || String(err) }
     }
   }

@@ -10,9 +10,12 @@
 // another member's delete or switch-off would wait on.
 //
 // Fair (issue 25, docs/security.md "Webhook fairness"): the claim takes subscriptions in turn,
-// caps what is in flight per host and per member across all workers, and skips hosts whose
-// circuit breaker is open (all in app.take_webhook_deliveries); the drain claims as slots free
-// up, so a receiver that hangs for its 15 s holds one slot, not a lane and its batch.
+// caps what is in flight per member (a quarter of the drain's slots) and per member and host, and
+// keeps deliveries to receivers not known to answer to half the slots, across all workers; it
+// skips a member's host whose circuit breaker is open (all in app.take_webhook_deliveries). The
+// drain claims as slots free up, and a request not answered within SLOW_AFTER_MS leaves its slot
+// to wait apart (the waiting room; past it, the oldest waiting request is cut short): so a
+// receiver that hangs for its 15 s holds a slot for 2 s, however many accounts bring one.
 //
 // `npm start` runs it right after each todo its API creates and every second (local/start.ts,
 // local/webhook-runner.ts, with the Node sender that pins vetted addresses); on Supabase, pg_cron + pg_net call POST /internal/webhooks every 5 seconds
@@ -28,6 +31,8 @@ export interface OutgoingWebhook {
   body: string | Uint8Array
   /** The whole exchange, connect to last header, must finish within this. */
   timeoutMs: number
+  /** Aborted when the worker cuts the request short (its waiting room is full); the sender then gives up at once. */
+  signal?: AbortSignal
 }
 
 /** What came back: a status, or no status and why (refused address, timeout, connection error). */
@@ -50,18 +55,25 @@ export const DELIVERY_TIMEOUT_MS = 15_000
 /** The longest wait a Retry-After gets (the schedule's longest step); asking for more is not honoured. */
 export const MAX_RETRY_AFTER_MS = 36_000_000
 /**
- * Fairness (issue 25; docs/security.md, "Webhook fairness"). At most this many deliveries are in
- * flight to one host (the URL's host, name and port: webhook_subscriptions.host), across every
- * worker: the database counts them (app.webhook_leases). Eight is the Node sender's connections
- * per origin.
+ * Fairness (issue 25; docs/security.md, "Webhook fairness"). At most this many deliveries of one
+ * member are in flight to one host (the URL's host, name and port: webhook_subscriptions.host),
+ * across every worker: the database counts them (app.webhook_leases). Per member and host, not per
+ * host: a receiving host many members share (hooks.slack.com) is not one member's to fill.
  */
 export const HOST_CONCURRENCY = 8
 /**
- * At most this many deliveries of one member's subscriptions are in flight, across every worker:
- * a member whose receivers never answer holds at most 5 of npm start's 20 slots for their 15 s,
- * and the other 15 go on serving everyone else.
+ * A request not answered within this long leaves its worker slot and waits apart (the waiting
+ * room), so that a receiver that never answers holds a slot for this long, not for its 15 s
+ * timeout: another member's delivery waits for no more than this, whoever hangs. Most receivers
+ * answer well within it (Slack asks for 3 s).
  */
-export const MEMBER_CONCURRENCY = 5
+export const SLOW_AFTER_MS = 2_000
+/**
+ * The waiting room: requests slower than SLOW_AFTER_MS a drain keeps open besides its slots, as
+ * many as this times its slots (npm start: 80 besides 20). Past it, the oldest waiting request is
+ * cut short and recorded as no answer (it counts toward its breaker).
+ */
+export const WAITING_PER_SLOT = 4
 /** A host that gave no answer (timeout, connection failure) to this many attempts in a row is opened: nothing goes to it for a cool-down. */
 export const BREAKER_AFTER = 5
 /** The first cool-down of an opened host; then one delivery is sent as a probe, and each probe that fails doubles it… */
@@ -76,7 +88,11 @@ export const BODY_GRACE_MS = 1_000
 export interface DrainOptions {
   /** Deliveries asked for in one claim. */
   batch?: number
-  /** With batch, the worker's slots: at most lanes × batch deliveries in flight at once (npm start: 2 × 10). */
+  /**
+   * With batch, the worker's slots: at most lanes × batch deliveries in flight at once (npm start:
+   * 2 × 10), besides the waiting room's slow ones. One member may hold a quarter of them, and
+   * receivers not known to answer half (app.take_webhook_deliveries), across every worker.
+   */
   lanes?: number
   /** Retry delays after each failed attempt; the last repeats until giveUpAfterMs. Tests shorten it. */
   scheduleMs?: number[]
@@ -86,10 +102,16 @@ export interface DrainOptions {
   budgetMs?: number
   /** Fraction of each delay added or taken at random (0.1: ±10 %), so retries of a burst spread out. */
   jitter?: number
-  /** Deliveries in flight to one host, across every worker (HOST_CONCURRENCY). */
+  /** Deliveries of one member in flight to one host, across every worker (HOST_CONCURRENCY). */
   hostCap?: number
-  /** Deliveries in flight for one member's subscriptions, across every worker (MEMBER_CONCURRENCY). */
+  /** One member's deliveries in flight, across every worker; default a quarter of the slots. Tests lift or lower it. */
   memberCap?: number
+  /** Deliveries to receivers not known to answer, in slots, across every worker; default half the slots. Tests lift it. */
+  unprovenCap?: number
+  /** A request unanswered this long leaves its slot for the waiting room (SLOW_AFTER_MS). */
+  slowAfterMs?: number
+  /** Requests the waiting room holds at most (WAITING_PER_SLOT × the slots); past it the oldest is cut short. */
+  waitingSlots?: number
   /** Attempts in a row without an answer that open a host's breaker (BREAKER_AFTER). */
   breakerAfter?: number
   /** How long an opened host gets nothing (BREAKER_COOLDOWN_MS); each failed probe doubles it. */
@@ -249,8 +271,9 @@ interface Claimed {
 
 /**
  * A drain under way. Deliveries are claimed as worker slots free up (lanes × batch of them), not
- * a batch at a time: a delivery that hangs for its 15 s holds its own slot and no other, and the
- * next claim does not wait for it.
+ * a batch at a time, and a request unanswered after slowAfterMs leaves its slot for the waiting
+ * room: a delivery that hangs for its 15 s holds a slot for 2 s and no other, and the next claim
+ * does not wait for it.
  */
 export interface Drain {
   /** The counts, once nothing is in flight and the last claim found nothing more (or the budget is spent, or stop() was called). */
@@ -277,7 +300,10 @@ export function startDrain(sql: Sql, send: WebhookSender, options: DrainOptions 
   }
   const timeoutMs = options.timeoutMs ?? DELIVERY_TIMEOUT_MS
   const hostCap = options.hostCap ?? HOST_CONCURRENCY
-  const memberCap = options.memberCap ?? MEMBER_CONCURRENCY
+  const slowAfterMs = options.slowAfterMs ?? SLOW_AFTER_MS
+  const memberCap = options.memberCap ?? null
+  const unprovenCap = options.unprovenCap ?? null
+  const waitingSlots = options.waitingSlots ?? WAITING_PER_SLOT * slots
   const breaker = {
     after: options.breakerAfter ?? BREAKER_AFTER,
     cooldownSeconds: (options.breakerCooldownMs ?? BREAKER_COOLDOWN_MS) / 1000,
@@ -291,14 +317,44 @@ export function startDrain(sql: Sql, send: WebhookSender, options: DrainOptions 
   // lease is also what the caps count a delivery in flight by.
   const leaseSeconds = Math.ceil((timeoutMs + 30_000) / 1000)
 
+  // Requests under way: `active` of them in a slot; the slow ones in the waiting room, oldest
+  // first. A request leaves its slot when slowAfterMs pass without an answer (so the next claim
+  // can use the slot), and when the room is full then, the oldest waiting one is cut short.
+  let active = 0
+  let inFlight = 0
+  const waiting: { cut: () => void }[] = []
+
   async function deliver(row: Claimed): Promise<void> {
     const timestamp = Math.floor(Date.now() / 1000)
+    const started = Date.now()
+    const abort = new AbortController()
+    let cutShort!: (response: WebhookResponse) => void
+    const cut = new Promise<WebhookResponse>((resolve) => (cutShort = resolve))
+    const place = {
+      cut() {
+        abort.abort()
+        cutShort({
+          status: null,
+          error: `cut short after ${Date.now() - started} ms: the worker had ${waitingSlots} requests slower than ${slowAfterMs} ms waiting`,
+        })
+      },
+    }
+    let slow = false
+    const slowTimer = setTimeout(() => {
+      slow = true
+      active--
+      waiting.push(place)
+      if (waiting.length > waitingSlots) waiting.shift()!.cut()
+      wanted = true
+      void pump()
+    }, slowAfterMs)
     let response: WebhookResponse
     try {
-      response = await send({
+      const sending = send({
         url: row.url,
         body: row.body,
         timeoutMs,
+        signal: abort.signal,
         headers: {
           'content-type': 'application/json',
           'user-agent': 'todo-sharing-webhooks/1',
@@ -307,8 +363,17 @@ export function startDrain(sql: Sql, send: WebhookSender, options: DrainOptions 
           'webhook-signature': await signWebhook(row.secret, row.webhook_id, timestamp, row.body),
         },
       })
+      // A sender that does not heed the signal is not waited for once the request is cut short.
+      response = await Promise.race([sending, cut])
     } catch (err) {
       response = { status: null, error: (err as Error).message }
+    } finally {
+      clearTimeout(slowTimer)
+      if (!slow) active--
+      else {
+        const at = waiting.indexOf(place)
+        if (at >= 0) waiting.splice(at, 1)
+      }
     }
     const now = Date.now()
     const ok = response.status !== null && response.status >= 200 && response.status <= 299
@@ -332,10 +397,9 @@ export function startDrain(sql: Sql, send: WebhookSender, options: DrainOptions 
     else result.failed++
   }
 
-  let inFlight = 0
   let claiming = false
   // Whether a claim may find something: at the start, after a claim that was filled, after a
-  // send ended (a slot and perhaps a host's or member's cap freed), and when poked.
+  // send ended or left its slot (a slot and perhaps a cap freed), and when poked.
   let wanted = true
   let stopped = false
   let finished = false
@@ -354,15 +418,17 @@ export function startDrain(sql: Sql, send: WebhookSender, options: DrainOptions 
     if (claiming || finished) return
     claiming = true
     try {
-      while (wanted && !stopped && failure === null && inFlight < slots && Date.now() < deadline) {
+      while (wanted && !stopped && failure === null && active < slots && Date.now() < deadline) {
         wanted = false
-        const ask = Math.min(batch, slots - inFlight)
+        const ask = Math.min(batch, slots - active)
         // The claim commits at once; sends and their records happen outside any transaction, so a
         // slow receiver holds no row lock that another member's delete would wait on.
         const rows = await sql<Claimed[]>`
-          select * from app.take_webhook_deliveries(${ask}, make_interval(secs => ${leaseSeconds}), ${hostCap}, ${memberCap})`
+          select * from app.take_webhook_deliveries(${ask}, make_interval(secs => ${leaseSeconds}), ${slots}::integer,
+            make_interval(secs => ${slowAfterMs / 1000}), ${hostCap}::integer, ${memberCap}::integer, ${unprovenCap}::integer)`
         for (const row of rows) {
           inFlight++
+          active++
           deliver(row)
             .catch((err) => {
               failure ??= err

@@ -59,9 +59,9 @@ export const updateSubscription = createRoute({
   path: '/v1/webhooks/subscriptions/{subscription_id}',
   tags: ['Webhooks'],
   summary: 'Change a webhook subscription',
-  description: '409 when another of your subscriptions has the url asked for.',
+  description: '409 when another of your subscriptions has the url asked for. A url that changes counts against the creation limit (30 per 10 minutes, 429): a new url is a new receiver.',
   request: { params: SubscriptionParam, body: { required: true, content: { 'application/json': { schema: UpdateWebhookSubscriptionBody } } } },
-  responses: { 200: jsonContent(WebhookSubscriptionSchema, 'The subscription'), ...errors(401, 403, 404, 409, 422) },
+  responses: { 200: jsonContent(WebhookSubscriptionSchema, 'The subscription'), ...errors(401, 403, 404, 409, 422, 429) },
 })
 
 export const deleteSubscription = createRoute({

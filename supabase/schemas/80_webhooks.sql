@@ -33,13 +33,13 @@ comment on column app.webhook_subscriptions.project_ids is
 comment on column app.webhook_subscriptions.active is
   'False once deliveries failed for about three days or the receiver answered 410 Gone (disabled_reason says which); the owner turns it back on with PATCH active=true. Inactive subscriptions get no new deliveries.';
 comment on column app.webhook_subscriptions.host is
-  'The URL''s host as the URL standard means it: the host name and the port when it is not the scheme''s default (hooks.example.com, hooks.example.com:8443, [::1]:8080), lower-cased (the URL is stored parsed, so it already is). What the per-host concurrency cap and the circuit breaker of the worker count by (app.webhook_hosts, app.webhook_leases). With the port, because another member''s subscriptions to a closed or silent port of your receiver''s machine must not open your receiver''s breaker or take its slots; one member''s many ports are held back by the per-member cap.';
+  'The URL''s host as the URL standard means it: the host name and the port when it is not the scheme''s default (hooks.example.com, hooks.example.com:8443, [::1]:8080), lower-cased (the URL is stored parsed, so it already is). With the member, what the worker''s circuit breaker and per-host cap count by (app.webhook_breakers, app.webhook_leases): a member''s receivers on one host are one thing that answers or not, and another member''s on the same host (hooks.slack.com, script.google.com) another. With the port, because a closed or silent port of your receiver''s machine is not your receiver.';
 create index webhook_subscriptions_user_id_idx on app.webhook_subscriptions (user_id, created_at, id);
 -- One subscription per URL and member (issue 25): a second one to the same URL only sent every
 -- todo twice, and twenty of them multiplied what one dead receiver cost the worker (409).
 create unique index webhook_subscriptions_user_id_url_key on app.webhook_subscriptions (user_id, url);
--- The worker wakes a host's subscriptions when its breaker closes (app.record_webhook_attempt).
-create index webhook_subscriptions_host_idx on app.webhook_subscriptions (host);
+-- (No index on host: what the worker looks up by host is one member's, at most 20 rows of
+-- webhook_subscriptions_user_id_idx; an index of a popular host held 100,000 members' rows.)
 
 create table app.webhook_secrets (
   subscription_id uuid primary key references app.webhook_subscriptions(id) on delete cascade,
@@ -87,15 +87,17 @@ comment on table app.webhook_queue is
   'Whose turn it is (issue 25, webhook fairness): one row per subscription that may have pending deliveries, turn_at no later than its next due delivery. The claim (app.take_webhook_deliveries) walks it by turn_at and takes one delivery per subscription per round, then sends the subscription to the back (turn_at = now()), so a backlog of one subscription (a million rows for a dead receiver) costs each claim one row, never a scan, and cannot fill a batch. Kept by triggers on app.webhook_deliveries (a new or brought-forward delivery moves its subscription''s turn earlier, never later); the claim moves turns later (served, postponed by a breaker or a cap) and deletes the rows of subscriptions with nothing pending or switched off. No policy and no grant: only the worker''s functions and triggers touch it.';
 create index webhook_queue_turn_at_idx on app.webhook_queue (turn_at, subscription_id);
 
-create table app.webhook_hosts (
-  host          text primary key,
+create table app.webhook_breakers (
+  user_id       uuid not null references app.users(id) on delete cascade,
+  host          text not null,
   failures      integer not null default 0,
-  failing_since timestamptz not null default now(),
+  failing_since timestamptz,
   open_until    timestamptz,
-  cooldown      interval
+  cooldown      interval,
+  constraint webhook_breakers_pkey primary key (user_id, host)
 );
-comment on table app.webhook_hosts is
-  'The circuit breaker of each receiving host that failed lately (a host with no row is closed): failures counts attempts in a row that got no HTTP answer (timeout, refused or reset connection, DNS), any answer deletes the row. At breaker_after failures (5) the host opens: until open_until no delivery to it is attempted or counted as an attempt, and its subscriptions wait for open_until (app.webhook_queue); then it is half-open, and one delivery goes as the probe: an answer closes it, no answer opens it again for twice the cool-down (30 s doubling up to 10 min, cooldown holds the last one). failing_since is when the failures in a row began: a host that has answered nothing for the give-up window (about three days) gets its subscriptions turned off, as a delivery that failed that long does (its deliveries were mostly never attempted, so no delivery of theirs would ever reach the window by itself, and the backlog would grow for good). Why: a host that never answers held a worker slot 15 s per attempt, for every delivery and retry of every subscription to it. No policy and no grant: the worker''s functions write it.';
+comment on table app.webhook_breakers is
+  'What the worker knows of each member''s receivers on a host (user_id, host: the URL''s host, name and port), once one was attempted: failures = 0, it answered its last attempt (any HTTP status); failures > 0, that many attempts in a row got no HTTP answer (timeout, refused or reset connection, DNS) since failing_since. A pair with no row was never attempted, or gave up. Keyed by member as well as host (issue 25 review): on a host many members share (hooks.slack.com, script.google.com, webhook.site), one member''s paths that hang must not open the breaker, or turn off the subscriptions, of another member''s paths. At breaker_after failures (5) the pair opens: until open_until nothing of the member goes to the host, none of its deliveries is attempted or counted as an attempt, and its subscriptions wait for open_until (app.webhook_queue); then it is half-open and one delivery goes as the probe: an answer closes it, no answer opens it again for twice the cool-down (30 s doubling up to 10 min, cooldown holds the last one). A pair that answered nothing for the give-up window (about three days, from failing_since) gets the member''s subscriptions to the host turned off, as a delivery that failed that long does, and its row goes. A pair that is not known to answer (no row, or failures > 0) is unproven: together such deliveries may hold at most half of a drain''s slots (app.take_webhook_deliveries), so that new hosts (a fresh subdomain or port each time) cannot be used to meet closed breakers again. No policy and no grant: the worker''s functions write it.';
 
 create table app.webhook_leases (
   subscription_id uuid not null,
@@ -104,12 +106,14 @@ create table app.webhook_leases (
   user_id         uuid not null references app.users(id) on delete cascade,
   probe           boolean not null default false,
   until           timestamptz not null,
+  unproven        boolean not null default false,
+  claimed_at      timestamptz not null default now(),
   constraint webhook_leases_pkey primary key (subscription_id, todo_id)
 );
 comment on table app.webhook_leases is
-  'Deliveries in flight (claimed, not yet recorded), with the host and member they count against: the per-host cap (8) and per-member cap (5) of app.take_webhook_deliveries count these rows, in the database, so that every worker (npm start, npm run webhook-worker, each edge invocation) shares them. until is the claim''s lease: a worker that dies stops counting when it ends. No foreign key to the delivery or the subscription, on purpose: a request stays in flight when its todo or subscription is deleted, and must keep counting until it ends (recorded, or the lease over), or deleting one would free a slot for the next. The member''s is one: a deleted account takes its leases along (no row of it is left). No policy and no grant: the worker''s functions write it.';
-create index webhook_leases_host_idx on app.webhook_leases (host, until);
-create index webhook_leases_user_id_idx on app.webhook_leases (user_id, until);
+  'Deliveries in flight (claimed, not yet recorded), with the member and host they count against: the per-member share, the per-(member, host) cap and the unproven share of app.take_webhook_deliveries count these rows, in the database, so that every worker (npm start, npm run webhook-worker, each edge invocation) shares them. unproven: its (member, host) was not known to answer when it was claimed (app.webhook_breakers); claimed_at tells a request under way for longer than the slow-after time (2 s), which the worker no longer keeps in a slot (functions/lib/webhooks.ts). until is the claim''s lease: a worker that dies stops counting when it ends. No foreign key to the delivery or the subscription, on purpose: a request stays in flight when its todo or subscription is deleted, and must keep counting until it ends (recorded, or the lease over), or deleting one would free a slot for the next. The member''s is one: a deleted account takes its leases along (no row of it is left). No policy and no grant: the worker''s functions write it.';
+create index webhook_leases_user_id_host_idx on app.webhook_leases (user_id, host);
+create index webhook_leases_unproven_idx on app.webhook_leases (claimed_at) where (unproven);
 create index webhook_leases_until_idx on app.webhook_leases (until);
 
 -- ============================================================================
@@ -203,7 +207,8 @@ comment on function app.new_webhook_secret(uuid) is
   'Creates and returns the signing secret of the member''s own new subscription (once: a second call hits the primary key). 32 bytes from two gen_random_uuid() (pg_strong_random; 244 random bits), base64, whsec_ prefix as Standard Webhooks expects. Security definer because members have no grant on app.webhook_secrets.';
 grant execute on function app.new_webhook_secret(uuid) to authenticated;
 
-create function app.take_webhook_deliveries(batch integer, lease interval, host_cap integer default 8, member_cap integer default 5)
+create function app.take_webhook_deliveries(batch integer, lease interval, slots integer default 20, slow_after interval default '2 seconds', host_cap integer default 8,
+  member_cap integer default null, unproven_cap integer default null)
 returns table (subscription_id uuid, todo_id uuid, webhook_id text, url text, secret text, body text, attempts integer, first_attempt_at timestamptz)
 language plpgsql
 volatile
@@ -213,7 +218,11 @@ as $$
 #variable_conflict use_column
 declare
   turn record;
-  state record;
+  breaker record;
+  unproven boolean;
+  pair text;
+  to_pair integer;
+  for_member integer;
   head uuid;
   next_at timestamptz;
   -- Rows of the queue looked at in one claim, at most: bounds the claim however many
@@ -221,13 +230,29 @@ declare
   most_visits constant integer := batch * 4 + 16;
   visits integer := 0;
   taken_in_round integer;
+  -- One member's share: a quarter of the drain's slots (5 of npm start's 20), in flight across
+  -- every worker, slow or not. A share, not a number, so that no drain is one member's (a fixed
+  -- 5 was all of a drain of 5 slots); a quarter, because several accounts act together: it takes
+  -- four to fill the slots even for the seconds before their requests turn slow and leave them
+  -- (the worker keeps a request in a slot for slow_after at most). A member's own todos need
+  -- about one delivery a second (200 todos an hour, 20 subscriptions).
+  -- (member_cap and unproven_cap given: tests that need the caps out of their way.)
+  member_share constant integer := coalesce(member_cap, greatest(1, slots / 4));
+  -- Deliveries to (member, host) pairs not known to answer (never answered, or failing since
+  -- their last attempt: app.webhook_breakers) hold at most half the slots together, whoever's
+  -- they are, so the other half is always left to receivers that answer, however many accounts
+  -- bring fresh hosts. Counted while they are in a slot (claimed less than slow_after ago).
+  unproven_share constant integer := coalesce(unproven_cap, greatest(1, slots / 2));
+  unproven_now integer;
   -- What this claim takes, one element per delivery; written at the end, in three statements.
   subscriptions uuid[] := '{}';
   todos uuid[] := '{}';
   hosts text[] := '{}';
   members uuid[] := '{}';
+  pairs text[] := '{}';
   probes boolean[] := '{}';
-  full_hosts text[] := '{}';
+  unprovens boolean[] := '{}';
+  full_pairs text[] := '{}';
   full_members uuid[] := '{}';
 begin
   -- One claim at a time: the caps below count the leases of every claim before this one. A
@@ -235,6 +260,7 @@ begin
   perform pg_advisory_xact_lock(hashtextextended('app.take_webhook_deliveries', 0));
   -- Leases of workers that died mid-send (a table of the deliveries in flight: a few rows).
   delete from app.webhook_leases l where l.until <= now();
+  select count(*) into unproven_now from app.webhook_leases l where l.unproven and l.claimed_at > now() - slow_after;
   <<rounds>>
   loop
     taken_in_round := 0;
@@ -253,39 +279,47 @@ begin
         delete from app.webhook_queue q where q.subscription_id = turn.subscription_id;
         continue;
       end if;
-      if turn.host = any (full_hosts) or turn.user_id = any (full_members) then
+      pair := turn.user_id::text || ' ' || turn.host;
+      if pair = any (full_pairs) or turn.user_id = any (full_members) then
         if turn.turn_at < now() then -- to the back (once: a second round finds it there)
           update app.webhook_queue q set turn_at = now() where q.subscription_id = turn.subscription_id;
         end if;
         continue;
       end if;
-      -- The host's breaker and what is in flight to the host and for the member (leases, and
-      -- what this claim took).
-      select h.open_until,
-             (select count(*) from app.webhook_leases l where l.host = turn.host)
-               + coalesce(cardinality(array_positions(hosts, turn.host)), 0) as to_host,
-             (select count(*) from app.webhook_leases l where l.user_id = turn.user_id)
-               + coalesce(cardinality(array_positions(members, turn.user_id)), 0) as for_member
-        into state
-        from (select) one
-        left join app.webhook_hosts h on h.host = turn.host;
-      if state.open_until > now() then
-        -- Open: nothing goes to the host, and its subscriptions are not looked at again, until
-        -- the cool-down ends. Their deliveries are not attempted, so no attempt is counted.
-        update app.webhook_queue q set turn_at = state.open_until where q.subscription_id = turn.subscription_id;
+      -- The breaker of the member's receivers on this host (no row: never attempted).
+      select b.failures, b.open_until into breaker
+        from app.webhook_breakers b where b.user_id = turn.user_id and b.host = turn.host;
+      unproven := coalesce(breaker.failures, 1) > 0;
+      if breaker.open_until > now() then
+        -- Open: nothing of this member goes to the host, and these subscriptions are not looked
+        -- at again, until the cool-down ends. Not attempted, so no attempt is counted.
+        update app.webhook_queue q set turn_at = breaker.open_until where q.subscription_id = turn.subscription_id;
         continue;
       end if;
+      if unproven and unproven_now >= unproven_share then
+        -- The unproven half is in use: to the back, behind receivers that answer.
+        if turn.turn_at < now() then
+          update app.webhook_queue q set turn_at = now() where q.subscription_id = turn.subscription_id;
+        end if;
+        continue;
+      end if;
+      -- What is in flight to the pair and for the member (leases, and what this claim took).
+      to_pair := (select count(*) from app.webhook_leases l where l.user_id = turn.user_id and l.host = turn.host)
+                 + coalesce(cardinality(array_positions(pairs, pair)), 0);
       -- Half-open (the cool-down is over, the breaker not closed yet): one probe at a time.
-      if state.to_host >= (case when state.open_until is null then host_cap else 1 end) then
-        full_hosts := full_hosts || turn.host;
+      if to_pair >= (case when breaker.open_until is null then host_cap else 1 end) then
+        full_pairs := full_pairs || pair;
         update app.webhook_queue q
-           set turn_at = case when state.open_until is null then now()
+           set turn_at = case when breaker.open_until is null then now()
                               -- behind the probe: its answer wakes them (app.record_webhook_attempt)
-                              else coalesce((select max(l.until) from app.webhook_leases l where l.host = turn.host), now() + lease) end
+                              else coalesce((select max(l.until) from app.webhook_leases l
+                                              where l.user_id = turn.user_id and l.host = turn.host), now() + lease) end
          where q.subscription_id = turn.subscription_id;
         continue;
       end if;
-      if state.for_member >= member_cap then
+      for_member := (select count(*) from app.webhook_leases l where l.user_id = turn.user_id)
+                    + coalesce(cardinality(array_positions(members, turn.user_id)), 0);
+      if for_member >= member_share then
         full_members := full_members || turn.user_id;
         update app.webhook_queue q set turn_at = now() where q.subscription_id = turn.subscription_id;
         continue;
@@ -320,9 +354,14 @@ begin
       todos := todos || head;
       hosts := hosts || turn.host;
       members := members || turn.user_id;
-      probes := probes || (state.open_until is not null);
-      if state.open_until is not null then
-        full_hosts := full_hosts || turn.host; -- the probe is the only one
+      pairs := pairs || pair;
+      probes := probes || (breaker.open_until is not null);
+      unprovens := unprovens || unproven;
+      if unproven then
+        unproven_now := unproven_now + 1;
+      end if;
+      if breaker.open_until is not null then
+        full_pairs := full_pairs || pair; -- the probe is the only one
       end if;
       taken_in_round := taken_in_round + 1;
       exit rounds when cardinality(todos) >= batch;
@@ -336,11 +375,12 @@ begin
     update app.webhook_deliveries d set next_attempt_at = now() + lease
       from unnest(subscriptions, todos) c(s, t)
      where d.subscription_id = c.s and d.todo_id = c.t;
-    insert into app.webhook_leases as l (subscription_id, todo_id, host, user_id, probe, until)
-    select c.s, c.t, c.h, c.m, c.p, now() + lease
-      from unnest(subscriptions, todos, hosts, members, probes) c(s, t, h, m, p)
+    insert into app.webhook_leases as l (subscription_id, todo_id, host, user_id, probe, unproven, claimed_at, until)
+    select c.s, c.t, c.h, c.m, c.p, c.u, now(), now() + lease
+      from unnest(subscriptions, todos, hosts, members, probes, unprovens) c(s, t, h, m, p, u)
     on conflict on constraint webhook_leases_pkey do update
-      set host = excluded.host, user_id = excluded.user_id, probe = excluded.probe, until = excluded.until;
+      set host = excluded.host, user_id = excluded.user_id, probe = excluded.probe, unproven = excluded.unproven,
+          claimed_at = excluded.claimed_at, until = excluded.until;
     -- The subscriptions served go to the back of the queue, or to when their next delivery is due.
     update app.webhook_queue q
        set turn_at = greatest(now(), (select d.next_attempt_at from app.webhook_deliveries d
@@ -358,8 +398,8 @@ begin
      order by c.n;
 end;
 $$;
-comment on function app.take_webhook_deliveries(integer, interval, integer, integer) is
-  'The worker''s claim: up to `batch` due deliveries, leased for `lease` (their next_attempt_at moved past the send) in one short statement that commits at once. Fair (issue 25): subscriptions are taken in turn (app.webhook_queue: one delivery each per round, then to the back), at most host_cap deliveries are in flight to one host and member_cap for one member across all workers (app.webhook_leases), and nothing goes to a host whose breaker is open (app.webhook_hosts; one probe when half-open). So one member''s dead receivers hold at most member_cap worker slots, and a million pending deliveries of one subscription cost a claim one index probe. Why a lease and not a lock held while sending: a transaction open for a slow receiver kept every row of its batch locked, so other members'' todo deletions and switch-offs waited on it and failed (503). Claims are serialized (an advisory lock) so the caps count exactly; rows on lease are not due, so no delivery is sent twice at once as long as the lease outlasts a send (the worker makes it so); a worker that dies leaves its rows due again when the lease ends, with the same webhook-id (at least once). The caps'' defaults are the worker''s numbers (functions/lib/webhooks.ts), which passes its own.';
+comment on function app.take_webhook_deliveries(integer, interval, integer, interval, integer, integer, integer) is
+  'The worker''s claim: up to `batch` due deliveries, leased for `lease` (their next_attempt_at moved past the send) in one short statement that commits at once. Fair (issue 25): subscriptions are taken in turn (app.webhook_queue: one delivery each per round, then to the back); across all workers (app.webhook_leases) one member has at most a quarter of the calling drain''s `slots` in flight, and at most host_cap to one host; deliveries to (member, host) pairs not known to answer (app.webhook_breakers: never answered, or failing) hold at most half of the slots together; nothing goes to a pair whose breaker is open (one probe when half-open). Breakers and caps are per member and host, so that members sharing a receiving host (hooks.slack.com) share no fate there. The worker keeps a request in a slot for slow_after at most (functions/lib/webhooks.ts): the unproven half counts leases claimed more recently than that. A million pending deliveries of one subscription cost a claim one index probe. Why a lease and not a lock held while sending: a transaction open for a slow receiver kept every row of its batch locked, so other members'' todo deletions and switch-offs waited on it and failed (503). Claims are serialized (an advisory lock) so the caps count exactly; rows on lease are not due, so no delivery is sent twice at once as long as the lease outlasts a send (the worker makes it so); a worker that dies leaves its rows due again when the lease ends, with the same webhook-id (at least once). The defaults are the worker''s numbers (functions/lib/webhooks.ts), which passes its own; member_cap and unproven_cap replace the shares where a test needs them out of its way.';
 
 create function app.record_webhook_attempt(subscription uuid, todo uuid, response_status integer, error text, retry_at timestamptz, disable_reason text,
   breaker_after integer default 5, cooldown interval default '30 seconds', max_cooldown interval default '10 minutes', give_up interval default '3 days')
@@ -372,8 +412,9 @@ as $$
 declare
   delivered boolean := response_status between 200 and 299;
   held app.webhook_leases;
-  target text;
-  breaker app.webhook_hosts;
+  target_host text;
+  target_member uuid;
+  breaker app.webhook_breakers;
   dead uuid;
 begin
   update app.webhook_deliveries d
@@ -393,49 +434,72 @@ begin
   delete from app.webhook_leases l where l.subscription_id = subscription and l.todo_id = todo
   returning * into held;
 
-  -- The breaker of the host the attempt went to (the lease's: the URL may have changed since).
-  target := coalesce(held.host, (select s.host from app.webhook_subscriptions s where s.id = subscription));
-  if target is null then
+  -- The breaker of the member and host the attempt went to (the lease's: the URL may have
+  -- changed since).
+  if held.subscription_id is not null then
+    target_host := held.host;
+    target_member := held.user_id;
+  else
+    select s.host, s.user_id into target_host, target_member from app.webhook_subscriptions s where s.id = subscription;
+  end if;
+  if target_host is null then
+    return;
+  end if;
+  select * into breaker from app.webhook_breakers b where b.user_id = target_member and b.host = target_host;
+  if breaker.user_id is null and not exists (select 1 from app.webhook_subscriptions s
+                                             where s.user_id = target_member and s.host = target_host) then
+    -- The member has no subscription there any more (a url changed while this was in flight):
+    -- nothing to keep (app.tg_webhook_subscriptions__forget_breakers).
     return;
   end if;
   if response_status is not null then
-    -- An answer, whatever it says: the host is there. Closed; what waited for it goes now.
-    delete from app.webhook_hosts h where h.host = target;
-    if found then
-      update app.webhook_queue q set turn_at = now()
-        from app.webhook_subscriptions s
-       where s.host = target and q.subscription_id = s.id and q.turn_at > now();
+    -- An answer, whatever it says: the member's receivers there are there. Known to answer from
+    -- now on (a row with no failures: written once, not at every delivery); closed, and what
+    -- waited for it goes now.
+    if breaker.user_id is null then
+      insert into app.webhook_breakers (user_id, host) values (target_member, target_host) on conflict do nothing;
+    elsif breaker.failures > 0 then
+      update app.webhook_breakers b
+         set failures = 0, failing_since = null, open_until = null, cooldown = null
+       where b.user_id = target_member and b.host = target_host;
+      if breaker.open_until is not null then
+        update app.webhook_queue q set turn_at = now()
+          from app.webhook_subscriptions s
+         where s.user_id = target_member and s.host = target_host and q.subscription_id = s.id and q.turn_at > now();
+      end if;
     end if;
     return;
   end if;
-  insert into app.webhook_hosts as h (host, failures) values (target, 1)
-  on conflict (host) do update set failures = h.failures + 1
+  insert into app.webhook_breakers as b (user_id, host, failures, failing_since) values (target_member, target_host, 1, now())
+  on conflict (user_id, host) do update set failures = b.failures + 1, failing_since = coalesce(b.failing_since, now())
   returning * into breaker;
   if breaker.failing_since <= now() - give_up then
-    -- Nothing but failures from this host for the whole give-up window: its subscriptions are
-    -- turned off (and their pending deliveries failed), as one delivery failing that long turns
-    -- its own off. The breaker kept most of them from ever being attempted.
-    for dead in select s.id from app.webhook_subscriptions s where s.host = target and s.active loop
+    -- Nothing but failures from the member's receivers on this host for the whole give-up
+    -- window: those subscriptions are turned off (and their pending deliveries failed), as one
+    -- delivery failing that long turns its own off. The breaker kept most of them from ever
+    -- being attempted. Only this member's: another member's on the same host answer for
+    -- themselves.
+    for dead in select s.id from app.webhook_subscriptions s where s.user_id = target_member and s.host = target_host and s.active loop
       perform app.disable_webhook_subscription(dead, 'its host gave no answer for about three days');
     end loop;
-    delete from app.webhook_hosts h where h.host = target;
+    delete from app.webhook_breakers b where b.user_id = target_member and b.host = target_host;
     return;
   end if;
   if held.probe then
     -- The probe got no answer: open again, for twice as long (at most max_cooldown).
-    update app.webhook_hosts h
-       set cooldown = least(coalesce(h.cooldown, record_webhook_attempt.cooldown) * 2, max_cooldown),
-           open_until = now() + least(coalesce(h.cooldown, record_webhook_attempt.cooldown) * 2, max_cooldown)
-     where h.host = target;
+    update app.webhook_breakers b
+       set cooldown = least(coalesce(b.cooldown, record_webhook_attempt.cooldown) * 2, max_cooldown),
+           open_until = now() + least(coalesce(b.cooldown, record_webhook_attempt.cooldown) * 2, max_cooldown)
+     where b.user_id = target_member and b.host = target_host;
   elsif breaker.open_until is null and breaker.failures >= breaker_after then
-    update app.webhook_hosts h
+    update app.webhook_breakers b
        set cooldown = record_webhook_attempt.cooldown, open_until = now() + record_webhook_attempt.cooldown
-     where h.host = target;
+     where b.user_id = target_member and b.host = target_host;
   end if;
 end;
 $$;
 comment on function app.record_webhook_attempt(uuid, uuid, integer, text, timestamptz, text, integer, interval, interval, interval) is
-  'Records one attempt of a delivery the worker holds: 2xx delivered; otherwise pending again at retry_at, or failed when retry_at is null. disable_reason (410 Gone, or about three days of failures) turns the subscription off. Ends the lease (app.webhook_leases) and keeps the host''s circuit breaker (app.webhook_hosts): any HTTP answer closes it; no answer (timeout, connection failure) counts, and the breaker_after-th in a row opens the host for `cooldown`; a failed probe opens it again for twice the last cool-down, at most max_cooldown; a host with nothing but failures for give_up has its subscriptions turned off. The worker computes the schedule and passes the breaker''s numbers (functions/lib/webhooks.ts) so tests can shorten them; the defaults are the same numbers.';
+  'Records one attempt of a delivery the worker holds: 2xx delivered; otherwise pending again at retry_at, or failed when retry_at is null. disable_reason (410 Gone, or about three days of failures) turns the subscription off. Ends the lease (app.webhook_leases) and keeps the circuit breaker of the subscription''s member and host (app.webhook_breakers): any HTTP answer closes it and marks the pair as one that answers; no answer (timeout, connection failure, a request the worker cut short) counts, and the breaker_after-th in a row opens the pair for `cooldown`; a failed probe opens it again for twice the last cool-down, at most max_cooldown; a pair with nothing but failures for give_up has the member''s subscriptions to the host turned off. The worker computes the schedule and passes the breaker''s numbers (functions/lib/webhooks.ts) so tests can shorten them; the defaults are the same numbers.';
 
 create function app.disable_webhook_subscription(subscription uuid, reason text)
 returns void
@@ -491,9 +555,9 @@ alter table app.webhook_events enable row level security;
 alter table app.webhook_deliveries enable row level security;
 -- No policy and no grant: the trigger writes, the worker and the operator CLI read.
 
--- app.webhook_queue, app.webhook_hosts, app.webhook_leases
+-- app.webhook_queue, app.webhook_breakers, app.webhook_leases
 alter table app.webhook_queue enable row level security;
-alter table app.webhook_hosts enable row level security;
+alter table app.webhook_breakers enable row level security;
 alter table app.webhook_leases enable row level security;
 -- No policy and no grant: the worker's functions and the outbox's triggers write them.
 
@@ -592,6 +656,29 @@ create trigger _100_queue_turns_on_update after update on app.webhook_deliveries
   referencing old table as old_rows new table as new_rows
   for each statement execute function app.tg_webhook_deliveries__queue_turns();
 
+create function app.tg_webhook_subscriptions__forget_breakers()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  if tg_op = 'UPDATE' and new.host is not distinct from old.host then
+    return null;
+  end if;
+  delete from app.webhook_breakers b
+   where b.user_id = old.user_id and b.host = old.host
+     and not exists (select 1 from app.webhook_subscriptions s
+                      where s.user_id = old.user_id and s.host = old.host and s.id <> old.id);
+  return null;
+end;
+$$;
+comment on function app.tg_webhook_subscriptions__forget_breakers() is
+  'When a member''s last subscription to a host goes (deleted, or its url moved to another host), what the worker knew of the member''s receivers there goes too (app.webhook_breakers): otherwise every host a member ever tried would keep a row (30 new urls per 10 minutes). Forgetting an open breaker gains nothing: the pair is unproven again, held to the unproven half of the slots, and a new url counts against webhook_subscription_create. Security definer: members have no grant on app.webhook_breakers.';
+create trigger _200_forget_breakers after update of url or delete on app.webhook_subscriptions
+  for each row execute function app.tg_webhook_subscriptions__forget_breakers();
+
 -- ============================================================================
 -- API functions
 -- ============================================================================
@@ -682,9 +769,13 @@ begin
   if project_ids is not null then
     projects := app.webhook_project_ids(project_ids);
   end if;
-  if webhook_subscription_update.url is not null then
+  if webhook_subscription_update.url is not null and webhook_subscription_update.url is distinct from target.url then
     perform pg_advisory_xact_lock(hashtextextended('app.webhook_subscriptions ' || target.user_id::text, 0));
     perform app.refuse_duplicate_webhook_url(target.user_id, webhook_subscription_update.url, target.id);
+    -- A new url is a new receiver, as a new subscription is: it counts against the same limit
+    -- (issue 25 review). Unlimited, it gave a member a fresh host (subdomain, port) at will, and
+    -- with it a fresh breaker, as often as the old one opened.
+    perform app.hit_rate_limit('webhook_subscription_create');
   end if;
   update app.webhook_subscriptions s
      set url = coalesce(webhook_subscription_update.url, s.url),
@@ -703,7 +794,7 @@ begin
 end;
 $$;
 comment on function api.webhook_subscription_update(text, text, text, jsonb, boolean) is
-  'PATCH /v1/webhooks/subscriptions/{id}: every field optional (null: unchanged); project_ids [] means all projects; active=true turns a disabled subscription back on, active=false off (its pending deliveries fail). 404 for another member''s or an unknown id; 409 for a url another of the member''s subscriptions has (under the lock creation takes).';
+  'PATCH /v1/webhooks/subscriptions/{id}: every field optional (null: unchanged); project_ids [] means all projects; active=true turns a disabled subscription back on, active=false off (its pending deliveries fail). 404 for another member''s or an unknown id; 409 for a url another of the member''s subscriptions has (under the lock creation takes); a url that changes counts against webhook_subscription_create (429), like a creation: a new url is a new receiver, with a breaker of its own.';
 grant execute on function api.webhook_subscription_update(text, text, text, jsonb, boolean) to authenticated;
 
 create function api.webhook_subscription_delete(subscription_ref text)

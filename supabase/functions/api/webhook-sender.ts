@@ -44,13 +44,16 @@ export function denoWebhookSender(options: { allowPrivate: boolean }): WebhookSe
       const refused = addresses.find((a) => !isPublicAddress(a))
       if (refused) return { status: null, error: `refused: ${url.hostname} resolves to ${refused}, which is not a public address` }
     }
-    const signal = AbortSignal.timeout(webhook.timeoutMs)
+    const timeout = AbortSignal.timeout(webhook.timeoutMs)
+    // The worker's signal cuts the request short (functions/lib/webhooks.ts, the waiting room).
+    const signal = webhook.signal ? AbortSignal.any([timeout, webhook.signal]) : timeout
     try {
       const response = await fetch(url, { method: 'POST', headers: webhook.headers, body: webhook.body as BodyInit, redirect: 'manual', signal })
       await drain(response)
       return { status: response.status, retryAfter: response.headers.get('retry-after') }
     } catch (err) {
-      if (signal.aborted) return { status: null, error: `no answer within ${webhook.timeoutMs} ms` }
+      if (timeout.aborted) return { status: null, error: `no answer within ${webhook.timeoutMs} ms` }
+      if (signal.aborted) return { status: null, error: 'cut short by the worker' }
       return { status: null, error: (err as Error).message || String(err) }
     }
   }
