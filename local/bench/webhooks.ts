@@ -110,12 +110,13 @@ export async function measureWebhooks(options: {
         const created = (await runAdmin(ctx, ['create-user', '--username', `hook_${group}_${i}`])) as { id: string; api_key: string }
         groups[group].push(created.api_key)
         if (group === 'subscribed') {
-          // One for all projects and two scoped to the project every bench todo mentions: 3 matching.
+          // One for all projects and two scoped to the project every bench todo mentions: 3
+          // matching, each its own url (one subscription per member and url, issue 25).
           await sql`
             with subs as (
               insert into app.webhook_subscriptions (user_id, url, project_ids)
-              select app.from_public_id('user', ${created.id}), ${receiverUrl}, p
-              from (values (array[]::uuid[]), (array[app.from_public_id('proj', ${project.id})]), (array[app.from_public_id('proj', ${project.id})])) as x(p)
+              select app.from_public_id('user', ${created.id}), ${receiverUrl} || x.path, x.p
+              from (values ('/all', array[]::uuid[]), ('/project', array[app.from_public_id('proj', ${project.id})]), ('/again', array[app.from_public_id('proj', ${project.id})])) as x(path, p)
               returning id)
             insert into app.webhook_secrets (subscription_id, secret)
             select id, 'whsec_' || encode(decode(md5(id::text) || md5(id::text || 'x'), 'hex'), 'base64') from subs`
