@@ -2,6 +2,8 @@
 // day, deletes the temporary files of PUTs that never finished (the local server, after a
 // crash), deletes the files the database queued (app.file_deletions), and measures images whose
 // dimensions are unknown (in production Storage receives the PUT, so nothing measured them).
+// Beside the files, it seals the hours of todos that are over (app.seal_todo_hours), so the
+// date filters of GET /v1/todos count from sums of hours (issue 26).
 // `npm start` runs it every minute; on Supabase, pg_cron calls POST /internal/maintenance.
 import { imageSize } from 'image-size'
 import type { Sql } from 'postgres'
@@ -15,6 +17,8 @@ export interface MaintenanceResult {
   measuredImages: number
   /** Temporary files of PUTs that never finished, deleted. */
   removedPartials: number
+  /** Hours of todos counted into app.todo_hours. */
+  sealedHours: number
 }
 
 const BATCH = 100
@@ -23,6 +27,7 @@ const IMAGE_HEAD_BYTES = 512 * 1024
 
 export async function runStorageMaintenance(sql: Sql, storage: FileStorage, staleAfter = '1 day'): Promise<MaintenanceResult> {
   const [stale] = await sql`select app.remove_stale_uploads(${staleAfter}::interval) as removed`
+  const [sealed] = await sql`select app.seal_todo_hours() as hours`
   const removedPartials = (await storage.sweepIncomplete?.()) ?? 0
 
   let deletedFiles = 0
@@ -61,5 +66,5 @@ export async function runStorageMaintenance(sql: Sql, storage: FileStorage, stal
     await sql`select app.record_image_size(${key as string}, ${width}, ${height})`
     measuredImages++
   }
-  return { removedUploads: Number(stale?.removed ?? 0), deletedFiles, measuredImages, removedPartials }
+  return { removedUploads: Number(stale?.removed ?? 0), deletedFiles, measuredImages, removedPartials, sealedHours: Number(sealed?.hours ?? 0) }
 }

@@ -820,6 +820,7 @@ export async function seedDatabase(sql: Sql, options: SeedOptions, progress: Pro
     await tx.unsafe(`set local work_mem = '256MB'; set local maintenance_work_mem = '1GB'; set local synchronous_commit = off`)
     if (reset) {
       await tx.unsafe(`truncate auth.users, app.users, app.projects, app.todos, app.reactions, app.streak_freezes restart identity cascade`)
+      await tx.unsafe(`truncate app.todo_hours, app.todo_hours_sealed`)
       await tx.unsafe(`drop schema if exists seed cascade`)
     }
     const [existing] = await tx<{ n: number }[]>`select count(*)::int as n from app.users`
@@ -844,6 +845,10 @@ export async function seedDatabase(sql: Sql, options: SeedOptions, progress: Pro
     return made
   })
 
+  // The todos went in with the triggers off: their hours are counted now, as the storage worker
+  // would (app.seal_todo_hours), from scratch (a migration may have sealed the empty database).
+  await sql`truncate app.todo_hours, app.todo_hours_sealed`
+  await sql`select app.seal_todo_hours()`
   progress.step('vacuum analyze', options.todos / 900_000)
   for (const table of ['app.users', 'app.projects', 'app.project_makers', ...BULK_TABLES]) {
     await sql.unsafe(`vacuum (analyze) ${table}`)

@@ -132,6 +132,9 @@ export async function deriveSubset(serverUrl: string, large: { name: string; fix
         left join streaks s on s.user_id = u2.id
         where u.id = u2.id`)
       await tx.unsafe(RECOUNT_TODO_TOTALS)
+      // The hours of the todos kept, counted again (the deletes ran with the triggers off).
+      await tx`truncate app.todo_hours, app.todo_hours_sealed`
+      await tx`select app.seal_todo_hours()`
     })
 
     progress.step('vacuum full (shrink the tables)', 3)

@@ -84,6 +84,28 @@ create table app.todo_totals (
 comment on table app.todo_totals is
   'How many todos members of each privacy have, in 16 shards by author (app.todo_total_shard). Kept by the todos count trigger and the privacy propagation trigger; read by app.visible_todos_total. Members have no access. No check that todos >= 0: when one statement both changes a member''s privacy and posts for them, the two triggers may pass through -1 before agreeing. No policy and no grant: members never touch this table; security definer functions do.';
 
+-- What a date filter of GET /v1/todos counts (issue 26): public todos per hour, kept for hours
+-- that are over ("sealed") so the total_count of a range is a sum over hours plus the exact
+-- count of the partial hours at its ends, whatever the number of todos. Posting a todo touches
+-- none of it (its hour is not sealed yet): the storage worker seals hours that ended more than
+-- ten minutes ago (app.seal_todo_hours), and only deleting an older todo, posting a backdated
+-- one (the operator CLI) or a member's privacy change updates a sealed hour.
+create table app.todo_hours (
+  privacy app.privacy,
+  hour    timestamptz,
+  todos   bigint not null,
+  constraint todo_hours_pkey primary key (privacy, hour)
+);
+comment on table app.todo_hours is
+  'Todos per author privacy and UTC hour of created_at, for every hour before app.todo_hours_sealed.until (a missing row is zero). Written by app.seal_todo_hours when an hour is sealed, then kept exact by the delete and backdated-insert triggers of app.todos and the privacy propagation; read by app.public_todos_between. No policy and no grant: members never touch this table; security definer functions do.';
+
+create table app.todo_hours_sealed (
+  id    boolean primary key default true check (id),
+  until timestamptz not null
+);
+comment on table app.todo_hours_sealed is
+  'One row: every hour before `until` has its counts in app.todo_hours; todos from `until` on are counted from app.todos itself. No policy and no grant: members never touch this table; security definer functions do.';
+
 -- ============================================================================
 -- Helpers
 -- ============================================================================
@@ -328,9 +350,140 @@ comment on function app.visible_todos_total() is
   'How many todos the current viewer may see, muted members left out: the total_count of GET /v1/todos without filters. Public totals from app.todo_totals, plus the viewer''s own when not public and protected followees'', minus the visible members they muted. Security definer to read app.todo_totals; acts only for auth.uid().';
 grant execute on function app.visible_todos_total() to authenticated;
 
+create function app.seal_todo_hours()
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  -- Hours that ended at least ten minutes ago: a todo is posted with created_at = now() by a
+  -- statement of at most a few seconds (the statement timeout), so none can still arrive in them.
+  target timestamptz := date_trunc('hour', now() - interval '10 minutes', 'UTC');
+  sealed timestamptz;
+  hours integer;
+begin
+  -- Exclusive against the triggers that adjust sealed hours (they take it shared), so a count
+  -- made here and an adjustment made there never miss each other.
+  perform pg_advisory_xact_lock(hashtextextended('app.todo_hours', 0));
+  select s.until into sealed from app.todo_hours_sealed s;
+  if sealed is null then
+    sealed := coalesce(date_trunc('hour', (select min(t.created_at) from app.todos t), 'UTC'), target);
+  end if;
+  if sealed >= target then
+    return 0;
+  end if;
+  insert into app.todo_hours (privacy, hour, todos)
+  select t.author_privacy, date_trunc('hour', t.created_at, 'UTC'), count(*)
+    from app.todos t
+   where t.created_at >= sealed and t.created_at < target
+   group by 1, 2
+   order by 1, 2
+  on conflict (privacy, hour) do update set todos = app.todo_hours.todos + excluded.todos;
+  insert into app.todo_hours_sealed as s (id, until) values (true, target)
+  on conflict (id) do update set until = excluded.until;
+  hours := (extract(epoch from target - sealed) / 3600)::integer;
+  return hours;
+end;
+$$;
+comment on function app.seal_todo_hours() is
+  'Counts the todos of every hour that ended more than ten minutes ago and is not counted yet into app.todo_hours, and moves app.todo_hours_sealed.until to the end of the last one; returns how many hours it sealed. Run by the storage worker every minute (functions/lib/maintenance.ts) and by the seed; the first run on an existing database counts every todo once. Why: the date filters of GET /v1/todos then sum hours instead of counting todos (issue 26). Security definer: nobody else writes the hours.';
+grant execute on function app.seal_todo_hours() to service_role;
+
+create function app.public_todos_between(lo timestamptz, hi timestamptz)
+returns bigint
+language plpgsql
+stable
+security definer
+set search_path = ''
+as $$
+declare
+  sealed timestamptz := coalesce((select s.until from app.todo_hours_sealed s), '-infinity'::timestamptz);
+  sealed_hi timestamptz;
+  first_hour timestamptz;
+  last_hour timestamptz;
+  total bigint := 0;
+begin
+  lo := coalesce(lo, '-infinity'::timestamptz);
+  hi := coalesce(hi, 'infinity'::timestamptz);
+  if lo >= hi then
+    return 0;
+  end if;
+  -- The sealed part of [lo, hi): whole hours from app.todo_hours, the partial hours at its ends
+  -- counted from the todos (at most an hour of todos each, by the created_at index).
+  sealed_hi := least(hi, sealed);
+  if lo < sealed_hi then
+    first_hour := case when lo = '-infinity'::timestamptz or lo = date_trunc('hour', lo, 'UTC') then lo
+                       else date_trunc('hour', lo, 'UTC') + interval '1 hour' end;
+    last_hour := date_trunc('hour', sealed_hi, 'UTC');
+    if first_hour < last_hour then
+      total := total + coalesce((select sum(h.todos) from app.todo_hours h
+                                  where h.privacy = 'public' and h.hour >= first_hour and h.hour < last_hour), 0)
+             + (select count(*) from app.todos t
+                 where t.author_privacy = 'public' and t.created_at >= lo and t.created_at < first_hour)
+             + (select count(*) from app.todos t
+                 where t.author_privacy = 'public' and t.created_at >= last_hour and t.created_at < sealed_hi);
+    else
+      total := total + (select count(*) from app.todos t
+                         where t.author_privacy = 'public' and t.created_at >= lo and t.created_at < sealed_hi);
+    end if;
+  end if;
+  -- What is not sealed yet (the last hour or so, unless the storage worker has not run).
+  if greatest(lo, sealed) < hi then
+    total := total + (select count(*) from app.todos t
+                       where t.author_privacy = 'public' and t.created_at >= greatest(lo, sealed) and t.created_at < hi);
+  end if;
+  return total;
+end;
+$$;
+comment on function app.public_todos_between(timestamp with time zone, timestamp with time zone) is
+  'How many public todos have lo <= created_at < hi (null: open): sealed whole hours from app.todo_hours, and the todos themselves for the partial hours at the ends and for what is not sealed yet. Its cost is the number of hours in the range plus about two hours of todos, not the number of todos. Security definer to read app.todo_hours.';
+grant execute on function app.public_todos_between(timestamp with time zone, timestamp with time zone) to authenticated;
+
+create function app.visible_todos_between(lo timestamptz, hi timestamptz)
+returns bigint
+language plpgsql
+stable
+security definer
+set search_path = ''
+as $$
+declare
+  viewer_id uuid := auth.uid();
+begin
+  lo := coalesce(lo, '-infinity'::timestamptz);
+  hi := coalesce(hi, 'infinity'::timestamptz);
+  -- Visible (the todos policy): public todos, the viewer's own, protected followees'; muted
+  -- members left out. Everything but the public part is counted member by member, by the
+  -- (user_id, created_at) index: bounded by those members' own todos.
+  return app.public_todos_between(lo, hi)
+    + (select count(*) from app.todos t
+        where t.user_id = viewer_id and t.author_privacy <> 'public' and t.created_at >= lo and t.created_at < hi)
+    + (select count(*) from app.user_follows f
+         join app.users u on u.id = f.followee_id and u.privacy = 'protected'
+         join app.todos t on t.user_id = f.followee_id
+        where f.follower_id = viewer_id and f.followee_id <> viewer_id and t.author_privacy = 'protected'
+          and t.created_at >= lo and t.created_at < hi)
+    - (select count(*) from app.mutes m
+         join app.todos t on t.user_id = m.muted_user_id
+        where m.user_id = viewer_id and t.created_at >= lo and t.created_at < hi
+          and (t.author_privacy = 'public' or t.user_id = viewer_id
+               or (t.author_privacy = 'protected' and exists (
+                     select 1 from app.user_follows f where f.follower_id = viewer_id and f.followee_id = t.user_id))));
+end;
+$$;
+comment on function app.visible_todos_between(timestamp with time zone, timestamp with time zone) is
+  'How many todos with lo <= created_at < hi the current viewer may see, muted members left out: the total_count of GET /v1/todos with since/until (visible_todos_total''s rule, within a range). Public ones from app.public_todos_between; the viewer''s own, protected followees'' and muted members'' counted per member. Security definer like visible_todos_total; acts only for auth.uid().';
+grant execute on function app.visible_todos_between(timestamp with time zone, timestamp with time zone) to authenticated;
+
 -- ============================================================================
 -- Row-level security and grants
 -- ============================================================================
+-- app.todo_hours, app.todo_hours_sealed
+alter table app.todo_hours enable row level security;
+alter table app.todo_hours_sealed enable row level security;
+-- No policy and no grant: members never touch these tables; security definer functions do.
+
 -- app.todos
 alter table app.todos enable row level security;
 create policy "Members delete their own todos with a writing credential" on app.todos
@@ -471,6 +624,60 @@ comment on function app.tg_todos__count_and_streak() is
 create trigger _300_count_and_streak after insert or delete on app.todos
   for each row execute function app.tg_todos__count_and_streak();
 
+create function app.tg_todos__count_sealed_hours()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  sealed timestamptz;
+begin
+  -- Todos of the current hour are in no sealed hour: deleting only those (the usual case) costs nothing more.
+  if not exists (select 1 from removed r where r.created_at < date_trunc('hour', now(), 'UTC')) then
+    return null;
+  end if;
+  perform pg_advisory_xact_lock_shared(hashtextextended('app.todo_hours', 0));
+  select s.until into sealed from app.todo_hours_sealed s;
+  -- In (privacy, hour) order, as every writer of the hours: concurrent adjustments queue
+  -- instead of deadlocking.
+  insert into app.todo_hours as h (privacy, hour, todos)
+  select r.author_privacy, date_trunc('hour', r.created_at, 'UTC'), -count(*)
+    from removed r where r.created_at < sealed group by 1, 2 order by 1, 2
+  on conflict (privacy, hour) do update set todos = h.todos + excluded.todos;
+  return null;
+end;
+$$;
+comment on function app.tg_todos__count_sealed_hours() is
+  'Keeps app.todo_hours exact when todos of hours already sealed are deleted: one statement, a todo or every todo of a deleted account, grouped by privacy and hour. Takes the sealing lock shared (app.seal_todo_hours takes it exclusively), so a delete committing while its hour is sealed is counted either by the sealing or here. Security definer: members cannot write the hours.';
+create trigger _310_count_sealed_hours after delete on app.todos
+  referencing old table as removed
+  for each statement execute function app.tg_todos__count_sealed_hours();
+
+create function app.tg_todos__count_backdated()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  perform pg_advisory_xact_lock_shared(hashtextextended('app.todo_hours', 0));
+  if new.created_at < (select s.until from app.todo_hours_sealed s) then
+    insert into app.todo_hours as h (privacy, hour, todos)
+    values (new.author_privacy, date_trunc('hour', new.created_at, 'UTC'), 1)
+    on conflict (privacy, hour) do update set todos = h.todos + 1;
+  end if;
+  return null;
+end;
+$$;
+comment on function app.tg_todos__count_backdated() is
+  'Counts a todo posted with a created_at before the current hour (the operator CLI''s create-todo backdates) into its sealed hour. A todo posted now never runs it (the trigger''s WHEN), so POST /v1/todos pays nothing for the hours. Security definer: members cannot write the hours.';
+create trigger _310_count_backdated after insert on app.todos
+  for each row when (new.created_at < date_trunc('hour', now(), 'UTC'))
+  execute function app.tg_todos__count_backdated();
+
 create function app.tg_streak_freezes__refresh()
 returns trigger
 language plpgsql
@@ -511,6 +718,25 @@ begin
   from (select t.author_privacy, count(*) as n from app.todos t
         where t.user_id = new.id and t.author_privacy <> new.privacy group by t.author_privacy) c
   where tt.privacy = c.author_privacy and tt.shard = member_shard;
+  -- The sealed hours move the same todos (app.todo_hours, in (privacy, hour) order as every
+  -- writer of the hours), under the sealing lock shared as the todos triggers take it.
+  perform pg_advisory_xact_lock_shared(hashtextextended('app.todo_hours', 0));
+  insert into app.todo_hours as h (privacy, hour, todos)
+  select moved.privacy, moved.hour, sum(moved.n)
+    from (select t.author_privacy as privacy, date_trunc('hour', t.created_at, 'UTC') as hour, -count(*) as n
+            from app.todos t
+           where t.user_id = new.id and t.author_privacy <> new.privacy
+             and t.created_at < (select s.until from app.todo_hours_sealed s)
+           group by 1, 2
+          union all
+          select new.privacy, date_trunc('hour', t.created_at, 'UTC'), count(*)
+            from app.todos t
+           where t.user_id = new.id and t.author_privacy <> new.privacy
+             and t.created_at < (select s.until from app.todo_hours_sealed s)
+           group by 2) moved
+   group by 1, 2
+   order by 1, 2
+  on conflict (privacy, hour) do update set todos = h.todos + excluded.todos;
   with changed as (
     update app.todos t set author_privacy = new.privacy
     where t.user_id = new.id and t.author_privacy <> new.privacy
@@ -522,7 +748,7 @@ begin
 end;
 $$;
 comment on function app.tg_users__propagate_privacy() is
-  'After a member changes privacy: their todos carry the new value, in the same transaction, so the todos policy never sees a stale copy, and exactly those todos move to the totals of the new privacy (both totals rows locked first, in one order). Security definer: members may not write author_privacy or the totals themselves.';
+  'After a member changes privacy: their todos carry the new value, in the same transaction, so the todos policy never sees a stale copy, and exactly those todos move to the totals of the new privacy (both totals rows locked first, in one order) and, hour by hour, to the sealed hours of the new privacy (app.todo_hours). Security definer: members may not write author_privacy or the totals themselves.';
 create trigger _200_propagate_privacy after update of privacy on app.users
   for each row when (old.privacy is distinct from new.privacy)
   execute function app.tg_users__propagate_privacy();

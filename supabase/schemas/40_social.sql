@@ -997,6 +997,50 @@ comment on function api.project_follow_request_answer(text, text, boolean) is
   'POST /v1/projects/{project_id}/follow_requests/{user_id}/approve and DELETE /v1/projects/{project_id}/follow_requests/{user_id}: any maker approves (404 when there is no such request) or declines (idempotent); 403 for others. No rate limit, as for members'' requests.';
 grant execute on function api.project_follow_request_answer(text, text, boolean) to authenticated;
 
+create function app.timeline_todos_between(lo timestamptz, hi timestamptz)
+returns bigint
+language plpgsql
+stable
+security definer
+set search_path = ''
+as $$
+declare
+  viewer_id uuid := auth.uid();
+  unbounded boolean := lo is null and hi is null;
+begin
+  lo := coalesce(lo, '-infinity'::timestamptz);
+  hi := coalesce(hi, 'infinity'::timestamptz);
+  -- |A ∪ B| = |A| + |B \ A|. A: the viewer's and their followees' todos (a followee is visible
+  -- unless private; protected ones are visible to their approved followers), muted ones left
+  -- out: from todos_count when unbounded, else counted per member by (user_id, created_at).
+  -- B: the followed projects' todos by anyone else the viewer may see (public authors: a
+  -- protected one the viewer follows is in A).
+  return (case when unbounded then
+            (select coalesce(sum(u.todos_count), 0) from app.users u
+              where u.id in (select viewer_id union select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
+                and (u.id = viewer_id or u.privacy <> 'private')
+                and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = u.id))
+          else
+            (select count(*)
+               from (select viewer_id as member_id union select f.followee_id from app.user_follows f where f.follower_id = viewer_id) a
+               join app.todos t on t.user_id = a.member_id
+              where t.created_at >= lo and t.created_at < hi
+                and (t.user_id = viewer_id or t.author_privacy <> 'private')
+                and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = t.user_id))
+          end)
+    + (select count(*) from app.project_follows pf
+         join app.todos t on t.project_id = pf.project_id
+        where pf.user_id = viewer_id and t.user_id <> viewer_id
+          and t.created_at >= lo and t.created_at < hi
+          and t.author_privacy = 'public'
+          and t.user_id not in (select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
+          and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = t.user_id));
+end;
+$$;
+comment on function app.timeline_todos_between(timestamp with time zone, timestamp with time zone) is
+  'How many todos of the current viewer''s timeline have lo <= created_at < hi (both null: all of them): the total_count of GET /v1/timeline. The viewer''s and followees'' from their todos_count when unbounded, else counted per member by the (user_id, created_at) index; the followed projects'' todos by other public members counted by the (project_id, created_at) index. Bounded by what the followed sources hold, never by how many todos everyone has (issue 26). Security definer: counts through the follows and mutes of auth.uid() only, and reads no todo it returns.';
+grant execute on function app.timeline_todos_between(timestamp with time zone, timestamp with time zone) to authenticated;
+
 create function api.timeline(filters jsonb, page_limit integer, starting_after text, expand_reactions boolean)
 returns jsonb
 language sql

@@ -542,6 +542,29 @@ comment on function app.todo_json(app.todos, boolean) is
   'A todo as the API renders it for the current viewer: app.todos_json of its id (null when the viewer may not see it). Called after the statement that wrote it, so it renders the stored row.';
 grant execute on function app.todo_json(app.todos, boolean) to authenticated;
 
+create function app.timeline_sources(conditions text, per_source integer)
+returns text
+language sql
+immutable
+set search_path = ''
+as $$
+  select format(
+    'select t.id, t.created_at
+       from (select $7 as member_id union select f.followee_id from app.user_follows f where f.follower_id = $7) m
+       cross join lateral (select t.id, t.created_at from app.todos t where t.user_id = m.member_id and %1$s
+                           order by t.created_at desc, t.id desc limit %2$s) t
+     union
+     select t.id, t.created_at
+       from app.project_follows pf
+       cross join lateral (select t.id, t.created_at from app.todos t where t.project_id = pf.project_id and %1$s
+                           order by t.created_at desc, t.id desc limit %2$s) t
+      where pf.user_id = $7',
+    conditions, per_source)
+$$;
+comment on function app.timeline_sources(text, integer) is
+  'The SQL of a timeline''s sources for app.todo_page: the viewer''s, each followed member''s and each followed project''s own newest todos meeting `conditions` (at most per_source each, by the (user_id | project_id, created_at) indexes), as (id, created_at) rows, to be merged newest first. Why a merge: walking everyone''s todos until enough are the followed ones'' costs what the members the viewer does not follow write (40x from 10k to 100k members, issue 26); this costs what the followed sources hold. A todo of a followed member in a followed project is in two sources: union, not union all. Parameters as todo_page binds them ($7 the viewer).';
+grant execute on function app.timeline_sources(text, integer) to authenticated;
+
 create function app.todo_page(scope text, scope_id uuid, filters jsonb, page_limit integer, starting_after text, expand_reactions boolean, match_cap integer default null::integer)
 returns jsonb
 language plpgsql
@@ -549,6 +572,10 @@ stable
 set search_path = ''
 as $$
 declare
+  -- With a full-text query, total_count counts matches up to this many (issue 26): an exact
+  -- count of a common word grows with every todo that holds it. Documented in the OpenAPI
+  -- description of total_count and in the README.
+  query_count_cap constant integer := 1000;
   viewer_id uuid := (select auth.uid());
   zone text := coalesce((select u.time_zone from app.users u where u.id = (select auth.uid())), 'UTC');
   since_at timestamptz := app.filter_moment(filters -> 'since', zone);
@@ -557,6 +584,8 @@ declare
   matching tsquery := app.todo_search_query(filters ->> 'query');
   anchor app.todos;
   conditions text[] := array['true'];
+  page_conditions text;
+  list_conditions text;
   candidates uuid[];
   page uuid[];
   anchor_at integer;
@@ -573,12 +602,7 @@ begin
   -- Only the conditions in use are in the statement, so each combination gets its own plan.
   if scope = 'user' then conditions := conditions || 't.user_id = $1'::text; end if;
   if scope = 'project' then conditions := conditions || 't.project_id = $1'::text; end if;
-  if scope = 'timeline' then
-    conditions := conditions || '(t.user_id = $7
-      or t.user_id in (select f.followee_id from app.user_follows f where f.follower_id = $7)
-      or t.project_id in (select pf.project_id from app.project_follows pf where pf.user_id = $7))'::text;
-  end if;
-  -- Muted members leave the feeds (a member''s own page and search still show them).
+  -- Muted members leave the feeds (a member's own page and search still show them).
   if scope in ('all', 'timeline') then
     conditions := conditions || 'not exists (select 1 from app.mutes m where m.user_id = $7 and m.muted_user_id = t.user_id)'::text;
   end if;
@@ -587,6 +611,9 @@ begin
     conditions := conditions || (case when until_exclusive then 't.created_at < $3' else 't.created_at <= $3' end);
   end if;
   if matching is not null then conditions := conditions || 't.search @@ $4'::text; end if;
+
+  page_conditions := array_to_string(conditions || case when anchor.id is not null then '(t.created_at, t.id) < ($5, $6)' end, ' and ');
+  list_conditions := array_to_string(conditions, ' and ');
 
   if match_cap is not null then
     -- Search: the newest `match_cap` matches are the whole result; pages are cut from them.
@@ -603,33 +630,55 @@ begin
     end if;
     page := candidates[1:page_limit + 1];
   else
-    execute format('select array(select t.id from app.todos t where %s order by t.created_at desc, t.id desc limit %s)',
-                   array_to_string(conditions || case when anchor.id is not null then '(t.created_at, t.id) < ($5, $6)' end, ' and '),
-                   page_limit + 1)
-      into page using scope_id, since_at, until_at, matching, anchor.created_at, anchor.id, viewer_id;
-    if since_at is null and until_at is null and matching is null and scope in ('user', 'all', 'timeline') then
+    if scope = 'timeline' then
+      -- A merge of the sources' own newest todos (app.timeline_sources), never a walk over
+      -- everyone's todos until enough are the followed ones'.
+      execute format('select array(select s.id from (%s) s order by s.created_at desc, s.id desc limit %s)',
+                     app.timeline_sources(page_conditions, page_limit + 1), page_limit + 1)
+        into page using scope_id, since_at, until_at, matching, anchor.created_at, anchor.id, viewer_id;
+    else
+      execute format('select array(select t.id from app.todos t where %s order by t.created_at desc, t.id desc limit %s)',
+                     page_conditions, page_limit + 1)
+        into page using scope_id, since_at, until_at, matching, anchor.created_at, anchor.id, viewer_id;
+    end if;
+
+    if matching is not null then
+      -- Full text: matches counted up to the cap (see query_count_cap), the whole list's (no cursor).
+      if scope = 'timeline' then
+        execute format('select count(*) from (select 1 from (%s) s limit %s) c',
+                       app.timeline_sources(list_conditions, query_count_cap), query_count_cap)
+          into total using scope_id, since_at, until_at, matching, anchor.created_at, anchor.id, viewer_id;
+      else
+        execute format('select count(*) from (select 1 from app.todos t where %s limit %s) c',
+                       list_conditions, query_count_cap)
+          into total using scope_id, since_at, until_at, matching, anchor.created_at, anchor.id, viewer_id;
+      end if;
+    elsif since_at is null and until_at is null and scope in ('user', 'all', 'timeline') then
       -- Unfiltered: the counters kept on write give the exact total without touching todos.
       -- Visibility is per author, so a member's list is all of their todos or none.
       total := case scope
         when 'user' then (select case when app.can_see_member_content(u.id, viewer_id) then u.todos_count else 0 end
                           from app.users u where u.id = scope_id)
-        when 'timeline' then
-          -- Own and followed members' todos (visible, not muted), plus the todos of followed
-          -- projects by anyone else: |A ∪ B| = |A| + |B \ A|.
-          -- A: the viewer and their followees, found by key; a followee is visible unless private
-          -- (protected members are visible to followers), the viewer always.
-          (select coalesce(sum(u.todos_count), 0) from app.users u
-            where u.id in (select viewer_id union select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
-              and (u.id = viewer_id or u.privacy <> 'private')
-              and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = u.id))
-          + (select count(*) from app.project_follows pf join app.todos t on t.project_id = pf.project_id
-              where pf.user_id = viewer_id and t.user_id <> viewer_id
-                and t.user_id not in (select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
-                and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = t.user_id))
+        when 'timeline' then app.timeline_todos_between(null, null)
         else app.visible_todos_total()
       end;
+    elsif scope = 'all' then
+      -- A date range over everyone's todos: sealed hours summed, the rest per member
+      -- (app.visible_todos_between): exact, without counting every todo in the range.
+      total := app.visible_todos_between(
+        since_at,
+        case when until_at is null then null
+             when until_exclusive then until_at
+             else until_at + interval '1 microsecond' end);
+    elsif scope = 'timeline' then
+      total := app.timeline_todos_between(
+        since_at,
+        case when until_at is null then null
+             when until_exclusive then until_at
+             else until_at + interval '1 microsecond' end);
     else
-      execute format('select count(*) from app.todos t where %s', array_to_string(conditions, ' and '))
+      -- A member's or a project's todos: counted, bounded by that member's or project's own.
+      execute format('select count(*) from app.todos t where %s', list_conditions)
         into total using scope_id, since_at, until_at, matching, anchor.created_at, anchor.id, viewer_id;
     end if;
   end if;
@@ -644,7 +693,7 @@ begin
 end;
 $$;
 comment on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) is
-  'One page of todos visible to the viewer, newest first, rendered by app.todos_json: scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects''); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count when unfiltered: user from users.todos_count, all from app.visible_todos_total, timeline from the counters of the viewer and their followees plus the followed projects'' other todos; else an exact count. match_cap (search) limits the whole result to the newest matches.';
+  'One page of todos visible to the viewer, newest first, rendered by app.todos_json: scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects'': a merge of each source''s own newest todos); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count (issue 26): unfiltered, from counters (users.todos_count, app.visible_todos_total, app.timeline_todos_between); with since/until, all from sealed hours (app.visible_todos_between), timeline per source, a member''s or project''s list counted; with a full-text query, matches counted up to 1,000. match_cap (search) limits the whole result to the newest matches. Every part costs the same whatever the number of todos and members: index walks of a page, sums over hours, counts bounded by one member''s, one project''s or the followed sources'' todos, or by the cap.';
 grant execute on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) to authenticated;
 
 create function app.comment_json(c app.comments)
