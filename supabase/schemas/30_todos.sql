@@ -38,10 +38,13 @@ comment on column app.todos.search is
   'Full-text vector (config simple: no stemming, so every word is matched by prefix as typed).';
 comment on column app.todos.author_privacy is
   'The author''s users.privacy, copied so the select policy needs no lookup per row. Set on insert (app.tg_todos__prepare), updated when the author changes privacy (app.tg_users__propagate_privacy). Never changes updated_at.';
--- Keyset pagination: newest first, globally, per creator and per project.
-create index todos_created_at_id_idx on app.todos (created_at desc, id desc);
-create index todos_user_id_created_at_idx on app.todos (user_id, created_at desc, id desc);
-create index todos_project_id_created_at_idx on app.todos (project_id, created_at desc, id desc) where (project_id is not null);
+-- Keyset pagination: newest first, globally, per creator and per project. Each carries what
+-- the select policy and the mutes read (author_privacy, user_id), so a page, a timeline source
+-- and the exact count of an hour are index-only walks: without it the planner fetched every
+-- todo of each followed member to sort them (a timeline 4 ms → 34 ms warm, 172 ms cold at 1M).
+create index todos_created_at_id_idx on app.todos (created_at desc, id desc) include (user_id, author_privacy);
+create index todos_user_id_created_at_idx on app.todos (user_id, created_at desc, id desc) include (author_privacy);
+create index todos_project_id_created_at_idx on app.todos (project_id, created_at desc, id desc) include (user_id, author_privacy) where (project_id is not null);
 -- Streaks and deletion previews: which local days a creator covered.
 create index todos_user_id_local_date_idx on app.todos (user_id, local_date);
 create index todos_search_idx on app.todos using gin (search);
