@@ -44,7 +44,13 @@ async function counterDrift() {
       (select count(*) from app.conversation_members m
         join lateral (select x.user_id, x.created_at from app.messages x where x.conversation_id = m.conversation_id
                       order by x.created_at desc, x.id desc limit 1) newest on true
-        where newest.user_id = m.user_id and m.unread)::int as unread_after_own_message`
+        where newest.user_id = m.user_id and m.unread)::int as unread_after_own_message,
+      -- The sealed hours of the date filters (issue 26): each privacy's todos of each hour.
+      (select count(*) from app.todo_hours h
+        full join (select t.author_privacy as privacy, date_trunc('hour', t.created_at, 'UTC') as hour, count(*) as n
+                     from app.todos t where t.created_at < (select s.until from app.todo_hours_sealed s) group by 1, 2) r
+          on r.privacy = h.privacy and r.hour = h.hour
+        where coalesce(h.todos, 0) <> coalesce(r.n, 0))::int as sealed_hours`
   return drift
 }
 
@@ -70,6 +76,7 @@ async function streakDrift(): Promise<string[]> {
 const noDrift = {
   todo_reactions: 0, todo_comments: 0, comment_reactions: 0, user_followers: 0, user_todos: 0, project_followers: 0,
   totals_by_privacy: 0, totals: 0, inbox_last_message: 0, conversation_last_message: 0, unread_after_own_message: 0,
+  sealed_hours: 0,
 }
 
 beforeAll(async () => {
@@ -318,6 +325,21 @@ describe(`a random concurrent workload (seed ${SEED}) leaves every counter equal
     }
     for (const [i, member] of members.slice(0, 3).entries()) {
       projects.push((await world.admin('create-project', '--owner', member.user.username, '--name', `Work ${i}`, '--slug', `work-${i}`, '--hashtag', `work${i}`)).id)
+    }
+    // Older todos, in hours that are sealed (issue 26), so the workload's deletions and privacy
+    // changes move counts of sealed hours too; and backdated ones posted after the sealing.
+    for (const [i, member] of members.entries()) {
+      for (const hoursAgo of [3, 26, 50]) {
+        const todo = await world.admin('create-todo', '--user', member.user.username, '--body', `earlier ${i} #work${i % 3}`, '--created-at', new Date(Date.now() - hoursAgo * 3_600_000).toISOString())
+        todos.push(todo.id)
+        authors.set(todo.id, member)
+      }
+    }
+    await world.sql`select app.seal_todo_hours()`
+    for (const [i, member] of members.entries()) {
+      const todo = await world.admin('create-todo', '--user', member.user.username, '--body', `backdated ${i}`, '--created-at', new Date(Date.now() - 30 * 3_600_000).toISOString())
+      todos.push(todo.id)
+      authors.set(todo.id, member)
     }
     // Conversations answered once on both sides, so the unanswered-conversation caps stay out of the way.
     for (let i = 0; i < members.length; i += 1) {

@@ -553,16 +553,19 @@ as $$
        from (select $7 as member_id union select f.followee_id from app.user_follows f where f.follower_id = $7) m
        cross join lateral (select t.id, t.created_at from app.todos t where t.user_id = m.member_id and %1$s
                            order by t.created_at desc, t.id desc limit %2$s) t
-     union
+     union all
      select t.id, t.created_at
        from app.project_follows pf
-       cross join lateral (select t.id, t.created_at from app.todos t where t.project_id = pf.project_id and %1$s
-                           order by t.created_at desc, t.id desc limit %2$s) t
+       cross join lateral (select t.id, t.created_at from app.todos t
+                            where t.project_id = pf.project_id and %1$s
+                              and t.user_id <> $7
+                              and t.user_id not in (select f.followee_id from app.user_follows f where f.follower_id = $7)
+                            order by t.created_at desc, t.id desc limit %2$s) t
       where pf.user_id = $7',
     conditions, per_source)
 $$;
 comment on function app.timeline_sources(text, integer) is
-  'The SQL of a timeline''s sources for app.todo_page: the viewer''s, each followed member''s and each followed project''s own newest todos meeting `conditions` (at most per_source each, by the (user_id | project_id, created_at) indexes), as (id, created_at) rows, to be merged newest first. Why a merge: walking everyone''s todos until enough are the followed ones'' costs what the members the viewer does not follow write (40x from 10k to 100k members, issue 26); this costs what the followed sources hold. A todo of a followed member in a followed project is in two sources: union, not union all. Parameters as todo_page binds them ($7 the viewer).';
+  'The SQL of a timeline''s sources for app.todo_page: the viewer''s, each followed member''s and each followed project''s own newest todos meeting `conditions` (at most per_source each, by the (user_id | project_id, created_at) indexes), as (id, created_at) rows, to be merged newest first. Why a merge: walking everyone''s todos until enough are the followed ones'' costs what the members the viewer does not follow write (40x from 10k to 100k members, issue 26); this costs what the followed sources hold. A project''s source leaves out the todos of the viewer and of followed members (theirs are in their own sources), so the sources are disjoint: union all, which a count up to a cap can stop reading early. Parameters as todo_page binds them ($7 the viewer).';
 grant execute on function app.timeline_sources(text, integer) to authenticated;
 
 create function app.todo_page(scope text, scope_id uuid, filters jsonb, page_limit integer, starting_after text, expand_reactions boolean, match_cap integer default null::integer)
@@ -573,9 +576,11 @@ set search_path = ''
 as $$
 declare
   -- With a full-text query, total_count counts matches up to this many (issue 26): an exact
-  -- count of a common word grows with every todo that holds it. Documented in the OpenAPI
-  -- description of total_count and in the README.
-  query_count_cap constant integer := 1000;
+  -- count of a common word grows with every todo that holds it, and even a capped one reads a
+  -- todo's words from its row (a timeline's sources' rows lie far apart: 1,000 matches of a
+  -- common prefix read about 2,700 rows, 30-50 ms). Documented in the OpenAPI description of
+  -- total_count and in the README.
+  query_count_cap constant integer := 500;
   viewer_id uuid := (select auth.uid());
   zone text := coalesce((select u.time_zone from app.users u where u.id = (select auth.uid())), 'UTC');
   since_at timestamptz := app.filter_moment(filters -> 'since', zone);
@@ -693,7 +698,7 @@ begin
 end;
 $$;
 comment on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) is
-  'One page of todos visible to the viewer, newest first, rendered by app.todos_json: scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects'': a merge of each source''s own newest todos); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count (issue 26): unfiltered, from counters (users.todos_count, app.visible_todos_total, app.timeline_todos_between); with since/until, all from sealed hours (app.visible_todos_between), timeline per source, a member''s or project''s list counted; with a full-text query, matches counted up to 1,000. match_cap (search) limits the whole result to the newest matches. Every part costs the same whatever the number of todos and members: index walks of a page, sums over hours, counts bounded by one member''s, one project''s or the followed sources'' todos, or by the cap.';
+  'One page of todos visible to the viewer, newest first, rendered by app.todos_json: scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects'': a merge of each source''s own newest todos); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count (issue 26): unfiltered, from counters (users.todos_count, app.visible_todos_total, app.timeline_todos_between); with since/until, all from sealed hours (app.visible_todos_between), timeline per source, a member''s or project''s list counted; with a full-text query, matches counted up to 500. match_cap (search) limits the whole result to the newest matches. Every part costs the same whatever the number of todos and members: index walks of a page, sums over hours, counts bounded by one member''s, one project''s or the followed sources'' todos, or by the cap.';
 grant execute on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) to authenticated;
 
 create function app.comment_json(c app.comments)
