@@ -1,5 +1,5 @@
 import { createRoute, z } from '@hono/zod-openapi'
-import { PaginationQuery, TodoSchema, UserSchema, errors, jsonContent, paginated } from '../lib/schemas.ts'
+import { PaginationQuery, TODO_TOTAL_COUNT_DESCRIPTION, TodoSchema, UserSchema, errors, jsonContent, paginated } from '../lib/schemas.ts'
 
 export const searchTodos = createRoute({
   method: 'get',
@@ -14,7 +14,7 @@ export const searchTodos = createRoute({
       'expand[]': z.union([z.string(), z.array(z.string())]).optional(),
     }),
   },
-  responses: { 200: jsonContent(paginated(TodoSchema, 'PaginatedTodos'), 'Matching todos'), ...errors(400, 401, 403, 404, 422) },
+  responses: { 200: jsonContent(paginated(TodoSchema, 'PaginatedTodos', TODO_TOTAL_COUNT_DESCRIPTION), 'Matching todos'), ...errors(400, 401, 403, 404, 422) },
 })
 
 export const searchUsers = createRoute({

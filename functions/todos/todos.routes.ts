@@ -1,5 +1,5 @@
 import { createRoute, z } from '@hono/zod-openapi'
-import { TodoListQuery, TodoSchema, errors, idList, jsonContent, paginated } from '../lib/schemas.ts'
+import { TODO_TOTAL_COUNT_DESCRIPTION, TodoListQuery, TodoSchema, errors, idList, jsonContent, paginated } from '../lib/schemas.ts'
 
 const TodoParam = z.object({
   todo_id: z.string().min(1).openapi({ param: { name: 'todo_id', in: 'path' }, description: 'todo_ ID or numeric ID.' }),
@@ -35,7 +35,7 @@ export const UpdateTodoBody = z.object({
   remove_attachment_ids: signedIds('remove_attachment_ids').optional().openapi({ description: 'IDs of attachments to remove.' }),
 }).openapi('UpdateTodo')
 
-const PaginatedTodos = paginated(TodoSchema, 'PaginatedTodos')
+const PaginatedTodos = paginated(TodoSchema, 'PaginatedTodos', TODO_TOTAL_COUNT_DESCRIPTION)
 
 export const createTodo = createRoute({
   method: 'post',
