@@ -474,6 +474,31 @@ comment on function api.user_update_me(jsonb) is
   'PATCH /v1/users/me. Takes the validated JSON patch so that "absent" and "null" stay distinct. Zones are checked against app.time_zones (422).';
 grant execute on function api.user_update_me(jsonb) to authenticated;
 
+create function app.frequent_mentions()
+returns table(user_id uuid, mentions bigint)
+language plpgsql
+stable
+security definer
+set search_path = ''
+as $$
+declare
+  recent uuid[];
+begin
+  -- The viewer's 1000 newest todos: whom they mention most is read from these, so a long history
+  -- costs no more than a short one. EXECUTE plans with the viewer's id, so a member with many
+  -- todos gets the ordered index scan that stops at 1000 (a generic plan sorted all of them).
+  execute 'select array(select t.id from app.todos t where t.user_id = $1 order by t.created_at desc, t.id desc limit 1000)'
+    into recent using (select auth.uid());
+  return query
+    select m.user_id, count(*)
+      from unnest(recent) r(id) join app.todo_user_mentions m on m.todo_id = r.id
+     group by m.user_id;
+end;
+$$;
+comment on function app.frequent_mentions() is
+  'Whom the current viewer mentions in their 1000 newest todos, and how often: the ranking of GET /v1/search/users (issue 25). Security definer so the mentions of the viewer''s own todos, which the viewer always sees, are read without their visibility policy per row: under it, the planner of a small table hashed every visible todo to check 1000 mentions (found with the covering indexes of issue 26). Acts only for auth.uid().';
+grant execute on function app.frequent_mentions() to authenticated;
+
 create function api.search_users(query text)
 returns jsonb
 language plpgsql
@@ -486,18 +511,10 @@ declare
   -- (text_pattern_ops): a range each name index answers, in a generic plan too.
   prefix text := lower(btrim(coalesce(query, '')));
   beyond text := lower(btrim(coalesce(query, ''))) || chr(1114111);
-  recent uuid[];
 begin
-  -- The viewer's 1000 newest todos: whom they mention most is read from these, so a long history
-  -- costs no more than a short one. EXECUTE plans with the viewer's id, so a member with many
-  -- todos gets the ordered index scan that stops at 1000 (a generic plan sorted all of them).
-  execute 'select array(select t.id from app.todos t where t.user_id = $1 order by t.created_at desc, t.id desc limit 1000)'
-    into recent using me;
   return (
   with frequent as (
-    select m.user_id, count(*) as mentions
-    from unnest(recent) r(id) join app.todo_user_mentions m on m.todo_id = r.id
-    group by m.user_id
+    select f.user_id, f.mentions from app.frequent_mentions() f
   ), candidates as (
     -- The frequent mentions, and the first 100 of each name index from the prefix on: at most
     -- 400 rows read whatever the number of members (issue 25). Each branch returns its rows
