@@ -37,7 +37,7 @@ import type { Progress } from './progress.ts'
 /** Bumped when the generated data changes: the bench seeds again. */
 export const SEED_FORMAT = 1
 /** Bumped when what the fixture picks changes: the bench picks again without seeding. */
-export const FIXTURE_FORMAT = 4
+export const FIXTURE_FORMAT = 5
 /**
  * Members the write runs post and like as, in turn: every write that grows a table is
  * rate-limited per member (docs/rate-limits.md), so a run spreads its writes over this many
@@ -103,7 +103,37 @@ export interface Fixture {
   project: { id: string; slug: string | null; hashtag: string; todos: number; query: string; query_matches: number }
   /** Used in the body of posted todos, so posting parses a real #hashtag and @mention. */
   mention: { hashtag: string; username: string }
+  /** The filters of the filtered lists (issue 26). Older fixtures lack it (the bench picks again). */
+  lists?: ListFilters
 }
+
+/**
+ * What the filtered lists ask for, picked by absolute properties so that every data set size
+ * asks the same question of the same kind of data: dates relative to the moment of seeding (the
+ * todos span the two years before it), words by their share of todos in a fixed sample (the
+ * oldest todos: the phrases come from the same 2,000 faker phrases at every size).
+ */
+export interface ListFilters {
+  /** since that keeps every todo. */
+  since_all: string
+  /** since 30 days before seeding (YYYY-MM-DD, the viewer's local day): about 4% of the todos. */
+  since_recent: string
+  /** until a year before seeding: the older half. */
+  until: string
+  /** A one-letter prefix: the first letter of the commonest word (every word of `query` is a prefix match). */
+  prefix: string
+  /** That word, and the share of the sample's todos it is in. */
+  prefix_word: string
+  prefix_word_share: number
+  /** A word in about one todo in a thousand, negated (`query=-word`: nearly every todo matches). */
+  negated: string
+  negated_share: number
+  /** Todos the words were counted in (the oldest, by number). */
+  sample: number
+}
+
+/** Todos counted for the words of ListFilters (the oldest ones). */
+const WORD_SAMPLE = 20_000
 
 const TIME_ZONES: { value: string; weight: number }[] = [
   { value: 'America/New_York', weight: 14 }, { value: 'America/Los_Angeles', weight: 10 },
@@ -710,7 +740,36 @@ async function benchKey(tx: TransactionSql, user: { id: string; username: string
   }
 }
 
-async function makeFixture(tx: TransactionSql, options: SeedOptions, seconds: number): Promise<Fixture> {
+const isoDay = (at: Date) => at.toISOString().slice(0, 10)
+
+/** The filtered lists' filters for a data set seeded at `seededAt` (see ListFilters). */
+async function listFilters(tx: TransactionSql, seededAt: Date): Promise<ListFilters> {
+  const sample = `select search from app.todos where number <= ${WORD_SAMPLE}`
+  const [{ n }] = await tx.unsafe(`select count(*)::int as n from app.todos where number <= ${WORD_SAMPLE}`) as unknown as [{ n: number }]
+  const words = (order: string) => tx.unsafe(`
+    select s.word, s.ndoc from ts_stat($1) s
+    where s.word ~ '^[a-z]{3,}$'
+      and not exists (select 1 from app.projects p where lower(p.hashtag) = s.word)
+      and not exists (select 1 from app.users u where lower(u.username) = s.word)
+    order by ${order}, s.word
+    limit 1`, [sample]) as unknown as Promise<{ word: string; ndoc: number }[]>
+  const [common] = await words('s.ndoc desc')
+  const [rare] = await words(`length(s.word) < 5, abs(s.ndoc - ${Math.max(1, Math.round(n / 1000))})`)
+  const day = 86_400_000
+  return {
+    since_all: '1970',
+    since_recent: isoDay(new Date(seededAt.getTime() - 30 * day)),
+    until: isoDay(new Date(seededAt.getTime() - 365 * day)),
+    prefix: (common?.word ?? 'the').slice(0, 1),
+    prefix_word: common?.word ?? 'the',
+    prefix_word_share: Math.round(((common?.ndoc ?? 0) / Math.max(1, n)) * 1000) / 1000,
+    negated: rare?.word ?? 'zzzz',
+    negated_share: Math.round(((rare?.ndoc ?? 0) / Math.max(1, n)) * 10000) / 10000,
+    sample: n,
+  }
+}
+
+async function makeFixture(tx: TransactionSql, options: SeedOptions, seconds: number, seededAt = new Date()): Promise<Fixture> {
   // Everything is picked by absolute properties, so a small and a large data set pick members,
   // projects and todos that render the same amount (the scale comparison relies on it): the
   // reader is the active public member whose todos_count is closest to 200.
@@ -791,7 +850,7 @@ async function makeFixture(tx: TransactionSql, options: SeedOptions, seconds: nu
     format: SEED_FORMAT,
     fixture_format: FIXTURE_FORMAT,
     options,
-    seeded_at: new Date().toISOString(),
+    seeded_at: seededAt.toISOString(),
     seconds,
     migrations,
     counts,
@@ -810,6 +869,7 @@ async function makeFixture(tx: TransactionSql, options: SeedOptions, seconds: nu
       query_matches: word?.ndoc ?? 0,
     },
     mention: { hashtag: project.hashtag, username: mentioned!.username },
+    lists: await listFilters(tx, seededAt),
   }
 }
 
@@ -834,8 +894,7 @@ export async function refreshFixture(sql: Sql, previous: Fixture): Promise<Fixtu
     for (const member of [previous.reader, previous.writer, ...previous.others, ...(previous.writers ?? []).slice(1), ...(previous.readers ?? []).slice(1)]) {
       await tx`delete from app.api_keys where key_hash = decode(${await sha256Hex(member.api_key)}, 'hex')`
     }
-    const made = await makeFixture(tx, previous.options, previous.seconds)
-    made.seeded_at = previous.seeded_at
+    const made = await makeFixture(tx, previous.options, previous.seconds, new Date(previous.seeded_at))
     if (previous.steps) made.steps = previous.steps
     if (previous.disk_bytes !== undefined) made.disk_bytes = previous.disk_bytes
     await tx`update seed.fixture set data = ${tx.json(made as never)} where id = 1`
