@@ -7,11 +7,14 @@
 //     postgres.js at the same concurrency;
 //   - PostGraphile v5 serving the same api.* functions with the same role and claims;
 //   - PostgREST too, when a `postgrest` binary is on PATH.
-// Then the read endpoints once more on a data set a hundred times smaller (scale).
-// Prints the table and writes DATA_DIR/bench/<timestamp>.json. See docs/performance.md.
+// Then the read endpoints once more on a data set of 10,000 todos cut from the large one that
+// serves the same pages (scale), and each read endpoint alone on the large one, one request at a
+// time (single-threaded). Prints the table and writes DATA_DIR/bench/<timestamp>.json. See
+// docs/performance.md.
 //
-//   --users N --todos M   the large data set (default 10000 / 1000000); the small one is a
-//                         copy with a hundredth of the todos that serves the same pages
+//   --users N --todos M   the large data set (default 10000 / 1000000; issue 26's 10M one:
+//                         --users 100000 --todos 10000000); the small one is a copy with about
+//                         10,000 todos, whatever the large size, that serves the same pages
 //   --seed S              seed of both data sets (default 1)
 //   --duration S          measured seconds per endpoint and target (default 10)
 //   --warmup S            unmeasured seconds before each (default 2)
@@ -21,6 +24,14 @@
 //   --only TEXT           endpoints whose name contains TEXT (repeatable)
 //   --targets LIST        of api,sql,postgraphile,postgrest (default: all)
 //   --skip-scale          no small data set
+//   --skip-single         no single-threaded section
+//   --single              only the single-threaded section: every read endpoint (or --only's)
+//                         on the large data set with one connection, p50/p99 against the goal
+//                         (p50 ≤ 50 ms at 10M, issue 26)
+//   --write-cost TRIGGERS only the write-cost section: POST /v1/todos and DELETE /v1/todos/{id}
+//                         with the named triggers of app.todos (comma-separated) enabled and
+//                         disabled, in interleaved rounds: what keeping them costs a write
+//                         (goal ≤ 1.10×, issue 26)
 //   --skip-chat           no direct-message delivery measurement
 //   --skip-webhooks       no webhook measurement
 //   --webhooks            only the webhook section (its own scratch database, no data set: about
@@ -58,8 +69,9 @@ import { type NotificationBench, measureNotifications } from './bench/notificati
 import { progressBar } from './bench/progress.ts'
 import { type FairnessBench, FAIRNESS_TARGET, measureFairness } from './bench/fairness.ts'
 import type { AdmissionLimits } from '../functions/lib/admission.ts'
-import { type BenchKey, FIXTURE_FORMAT, readFixture, refreshFixture, seedDatabase, writeFixtureFile, type Fixture, type SeedOptions } from './bench/seed-data.ts'
-import { deriveSubset, isSubsetOf } from './bench/subset.ts'
+import { type BenchKey, FIXTURE_FORMAT, gib, readFixture, refreshFixture, seedDatabase, writeFixtureFile, type Fixture, type SeedOptions } from './bench/seed-data.ts'
+import { SMALL_TODOS, deriveSubset, isSubsetOf } from './bench/subset.ts'
+import { type WriteCost, WRITE_COST_GOAL, measureWriteCost } from './bench/write-cost.ts'
 import {
   findOnPath, functionSignature, graphqlBody, graphqlCall, graphqlResult, postgrestToken, rpcBody, startPostgrest,
   startServerWorker, type RunningTarget, type Signature,
@@ -68,8 +80,19 @@ import {
 type TargetName = 'api' | 'sql' | 'postgraphile' | 'postgrest'
 const TARGET_LABEL: Record<TargetName, string> = { api: 'API', sql: 'SQL (limit)', postgraphile: 'PostGraphile', postgrest: 'PostgREST' }
 
-/** The issue's targets for read endpoints. */
-const GOALS = { vsLimit: 0.7, vsPostgraphile: 1.0, p99: 50, scale: 1.3 }
+/**
+ * The targets for read endpoints: issue 5's, and issue 26's for the scale (p50 at 1M within
+ * 1.3× of 10k, at 10M within 1.5×) and for one request at a time (p50 ≤ 50 ms at 10M).
+ */
+const GOALS = { vsLimit: 0.7, vsPostgraphile: 1.0, p99: 50, scale: 1.3, scale10M: 1.5, singleP50: 50 }
+
+/** Large data sets from this many todos are held to the 10M scale goal (1.5×), smaller ones to 1.3×. */
+const TEN_MILLION_CLASS = 5_000_000
+
+/** The scale goal (p50 large / small) for a large data set of `todos`. */
+function scaleGoal(todos: number): number {
+  return todos >= TEN_MILLION_CLASS ? GOALS.scale10M : GOALS.scale
+}
 
 interface Options {
   large: SeedOptions
@@ -83,6 +106,10 @@ interface Options {
   targets: Set<TargetName>
   reseed: boolean
   profile: boolean
+  skipSingle: boolean
+  singleOnly: boolean
+  /** Triggers of app.todos for the write-cost section, or null. */
+  writeCost: string[] | null
   skipChat: boolean
   skipWebhooks: boolean
   webhooksOnly: boolean
@@ -103,6 +130,7 @@ function parseOptions(argv: string[]): Options {
       'skip-notifications': { type: 'boolean' }, notifications: { type: 'boolean' },
       fairness: { type: 'boolean' }, admission: { type: 'string' },
       reseed: { type: 'boolean' }, profile: { type: 'boolean' },
+      single: { type: 'boolean' }, 'skip-single': { type: 'boolean' }, 'write-cost': { type: 'string' },
     },
     strict: true,
   })
@@ -117,10 +145,13 @@ function parseOptions(argv: string[]): Options {
   const seed = Math.round(num('seed', values.seed, 1))
   const targets = new Set((values.targets ?? 'api,sql,postgraphile,postgrest').split(',').map((t) => t.trim()) as TargetName[])
   for (const t of targets) if (!(t in TARGET_LABEL)) throw new Error(`--targets: unknown ${t}; use api,sql,postgraphile,postgrest`)
-  const scale = !values['skip-scale'] && todos >= 10_000
+  // The small data set has about SMALL_TODOS: worth comparing only with a large one several times that.
+  const scale = !values['skip-scale'] && todos >= 4 * SMALL_TODOS
+  const writeCost = values['write-cost'] === undefined ? null : values['write-cost'].split(',').map((t) => t.trim()).filter(Boolean)
+  if (writeCost && writeCost.length === 0) throw new Error('--write-cost needs the names of app.todos triggers, comma-separated')
   return {
     large: { users, todos, seed },
-    smallTodos: scale ? Math.round(todos / 100) : null,
+    smallTodos: scale ? SMALL_TODOS : null,
     duration: num('duration', values.duration, 10, 1),
     warmup: num('warmup', values.warmup, 2),
     connections: Math.round(num('connections', values.connections, 32, 1)),
@@ -129,6 +160,9 @@ function parseOptions(argv: string[]): Options {
     targets,
     reseed: Boolean(values.reseed),
     profile: Boolean(values.profile),
+    skipSingle: Boolean(values['skip-single']),
+    singleOnly: Boolean(values.single),
+    writeCost,
     skipChat: Boolean(values['skip-chat']),
     skipWebhooks: Boolean(values['skip-webhooks']),
     webhooksOnly: Boolean(values.webhooks),
@@ -200,6 +234,8 @@ async function ensureDataset(config: Config, serverUrl: string, label: Dataset['
 
 /** The small data set of the scale comparison, cut from `large` (local/bench/subset.ts). */
 async function ensureSubset(config: Config, serverUrl: string, large: Dataset, todos: number, reseed: boolean): Promise<Dataset> {
+  // The subset keeps the pages of every read endpoint, not only --only's: any later run can use it.
+  const pages = { endpoints: ENDPOINTS, publicUrl: config.publicUrl }
   const name = `${large.name}_sub${todos}`
   const url = databaseUrl(serverUrl, name)
   const admin = postgres(serverUrl, { max: 1, onnotice: () => {} })
@@ -211,10 +247,10 @@ async function ensureSubset(config: Config, serverUrl: string, large: Dataset, t
     fixture = await readFixture(sql).catch(() => null)
     await sql.end({ timeout: 5 })
   }
-  if (!fixture || !isSubsetOf(fixture, large)) {
+  if (!fixture || !isSubsetOf(fixture, large, ENDPOINTS)) {
     log(`Cutting ${name} from ${large.name}: the same benchmarked pages, about ${todos.toLocaleString('en-US')} todos…`)
     const started = performance.now()
-    fixture = await deriveSubset(serverUrl, large, name, todos, progressBar('subset', 12))
+    fixture = await deriveSubset(serverUrl, large, name, todos, progressBar('subset', 16), pages)
     log(`  ${fixture.counts.todos?.toLocaleString('en-US')} todos in ${((performance.now() - started) / 1000).toFixed(1)}s`)
   } else {
     log(`Data set ${name}: ${fixture.counts.todos?.toLocaleString('en-US')} todos, cut from the current large data set.`)
@@ -254,7 +290,7 @@ interface Bench {
   since: Date
 }
 
-async function openBench(config: Config, dataset: Dataset, options: Options, targets: Set<TargetName>, postgrest: string | null): Promise<Bench> {
+async function openBench(config: Config, dataset: Dataset, options: Options, targets: Set<TargetName>, postgrest: string | null, connections = options.connections): Promise<Bench> {
   const admin = postgres(dataset.url, { max: 2, onnotice: () => {}, connection: { application_name: 'todo-bench-admin', TimeZone: 'UTC' } })
   const members = {} as Bench['members']
   for (const role of ['reader', 'writer'] as const) {
@@ -280,7 +316,7 @@ async function openBench(config: Config, dataset: Dataset, options: Options, tar
   await admin`update app.rate_limits set max_events = 1000000000 where action = 'read'`
   const [now] = await admin<{ now: Date }[]>`select now() as now`
   const bench: Bench = {
-    dataset, publicUrl: config.publicUrl, connections: options.connections, admin, members, writers, readers, servers: {}, postgrestTokens: {}, signatures: new Map(), prepared: new Map(),
+    dataset, publicUrl: config.publicUrl, connections, admin, members, writers, readers, servers: {}, postgrestTokens: {}, signatures: new Map(), prepared: new Map(),
     since: now!.now, sql: null,
   }
   const common = {
@@ -318,7 +354,8 @@ async function signatureOf(bench: Bench, fn: string): Promise<Signature> {
 /** Calls per connection for `endpoint` on this data set (the first one only for `first`). */
 async function callsOf(bench: Bench, endpoint: Endpoint, first = false): Promise<Call[][]> {
   const connections = bench.connections
-  let prepared = bench.prepared.get(endpoint.name)
+  // Targets that requests use up (deletions) are made again for every run.
+  let prepared = endpoint.consumes ? undefined : bench.prepared.get(endpoint.name)
   if (!prepared) {
     // Targets for every connection of a whole run, prepared once: verification uses the first.
     prepared = endpoint.prepare ? await endpoint.prepare(bench.admin, bench.dataset.fixture, connections * WRITE_TARGETS_PER_CONNECTION) : []
@@ -380,30 +417,53 @@ async function settle(admin: Sql): Promise<void> {
 // Verification and measurement
 // ---------------------------------------------------------------------------------------------
 
+/**
+ * What identifies a read endpoint's first answer across data sets: the todos it shows, in
+ * order (items, and what their reactions point at), and has_more. The small data set must
+ * answer the large one's (only counts such as total_count and todos_count differ).
+ */
+function pageOf(value: unknown): string {
+  const json = JSON.stringify(value)
+  const todos = [...json.matchAll(/"(todo_[0-9a-f]{32})"/g)].map((m) => m[1])
+  return JSON.stringify({ todos, has_more: (value as { has_more?: unknown }).has_more ?? null })
+}
+
+/** The large data set's first page of each read endpoint (as the API answered it), for the small one's check. */
+const largePages = new Map<string, string>()
+
 /** Checks that every target answers the first call of `endpoint` as the API does. */
 async function verify(bench: Bench, endpoint: Endpoint, targets: TargetName[]): Promise<void> {
   const signature = await signatureOf(bench, endpoint.fn)
   const [calls] = await callsOf(bench, endpoint, true)
-  const call = calls![0]!
   const answers: { target: TargetName; value: unknown }[] = []
-  for (const target of targets) {
+  for (const [n, target] of targets.entries()) {
+    // The same call to every target, except calls that use up their target (a deletion): the next one each.
+    const call = calls![endpoint.consumes ? n % calls!.length : 0]!
     let value: unknown
     if (target === 'sql') {
       const member = memberOf(bench, endpoint, call)
       const text = await callApi(bench.sql!, { credential: member.credential, access: endpoint.access, publicUrl: bench.publicUrl }, endpoint.fn, call.args)
-      value = text === null ? null : JSON.parse(text)
+      value = text === null ? (endpoint.status === 204 ? 'no content' : null) : JSON.parse(text)
     } else {
       const server = bench.servers[target]
       if (!server) continue
       const { status, text } = await send(server.baseUrl, httpRequest(bench, target, endpoint, signature, call))
       const expected = target === 'api' ? endpoint.status : 200
       if (status !== expected) throw new Error(`${endpoint.name} via ${TARGET_LABEL[target]}: status ${status}, expected ${expected}: ${text.slice(0, 300)}`)
-      value = target === 'postgraphile' ? graphqlResult(graphqlCall(signature), text) : JSON.parse(text)
+      value = endpoint.status === 204 && target === 'api' ? 'no content'
+        : target === 'postgraphile' ? graphqlResult(graphqlCall(signature), text) ?? (endpoint.status === 204 ? 'no content' : null)
+        : JSON.parse(text) ?? (endpoint.status === 204 ? 'no content' : null)
     }
     if (value === null || value === undefined) throw new Error(`${endpoint.name} via ${TARGET_LABEL[target]}: no result`)
     answers.push({ target, value })
   }
   if (endpoint.read) {
+    const api = answers.find((a) => a.target === 'api')
+    if (api && bench.dataset.label === 'large') largePages.set(endpoint.name, pageOf(api.value))
+    if (api && bench.dataset.label === 'small' && largePages.has(endpoint.name) && largePages.get(endpoint.name) !== pageOf(api.value)) {
+      throw new Error(`${endpoint.name}: the small data set (${bench.dataset.name}) answers another first page than the large one, so the scale ` +
+        `comparison would not compare the same page; cut it again (--reseed):\n${largePages.get(endpoint.name)!.slice(0, 300)}\nvs\n${pageOf(api.value).slice(0, 300)}`)
+    }
     const [first, ...rest] = answers
     // PostgREST cannot set app.public_url, so its url fields differ: compared without them.
     const strip = (v: unknown, target: TargetName) => (target === 'postgrest' ? JSON.parse(JSON.stringify(v).replace(/"https?:\/\/[^"/]+/g, '"')) : v)
@@ -425,9 +485,9 @@ interface Result extends Measurement {
 }
 
 async function measure(bench: Bench, endpoint: Endpoint, target: TargetName, options: Options): Promise<Measurement> {
-  const calls = await callsOf(bench, endpoint)
   const signature = await signatureOf(bench, endpoint.fn)
   const once = async (seconds: number): Promise<Measurement> => {
+    const calls = await callsOf(bench, endpoint)
     if (target === 'sql') {
       const member = bench.members[endpoint.as]
       return await runSql({
@@ -460,6 +520,71 @@ async function measure(bench: Bench, endpoint: Endpoint, target: TargetName, opt
   return result
 }
 
+interface SingleResult extends Measurement {
+  endpoint: string
+  /** p50 ≤ GOALS.singleP50. */
+  goal: boolean | null
+}
+
+/** Seconds per endpoint of the single-threaded section (5 unless --duration says otherwise). */
+const singleSeconds = (options: Options) => (options.duration === 10 ? 5 : options.duration)
+
+/**
+ * A read endpoint alone against the API, one request at a time (one connection): what one
+ * request costs when nothing else runs. The requests take the readers in turn, so the p50 is
+ * over all of their pages, not one member's.
+ */
+async function measureSingle(bench: Bench, endpoint: Endpoint, options: Options): Promise<Measurement> {
+  const signature = await signatureOf(bench, endpoint.fn)
+  const [calls] = await callsOf(bench, endpoint, true)
+  const turns = calls!.flatMap((call) => (bench.readers.length > 0 ? bench.readers.map((_, reader) => ({ ...call, reader })) : [call]))
+  const requests = turns.map((call) => httpRequest(bench, 'api', endpoint, signature, call))
+  const run = async (seconds: number) => {
+    const m = await runHttp({ baseUrl: bench.servers.api!.baseUrl, perConnection: [requests], connections: 1, seconds })
+    await settle(bench.admin)
+    return m
+  }
+  if (options.warmup > 0) await run(Math.min(options.warmup, 2))
+  return await run(singleSeconds(options))
+}
+
+async function runSingle(bench: Bench, endpoints: Endpoint[], options: Options): Promise<SingleResult[]> {
+  const reads = endpoints.filter((e) => e.read)
+  log(`Single-threaded: ${reads.length} read endpoints, one connection, ${singleSeconds(options)}s each, on ${bench.dataset.name}…`)
+  const out: SingleResult[] = []
+  for (const endpoint of reads) {
+    const m = await measureSingle(bench, endpoint, options)
+    const goal = m.p50 === null ? (m.ok === 0 ? false : null) : m.p50 <= GOALS.singleP50
+    out.push({ endpoint: endpoint.name, ...m, goal })
+    log(`  ${endpoint.name} · one at a time: ${fmt(m.rps)} req/s, p50 ${fmt(m.p50, 2)} ms, p99 ${fmt(m.p99, 2)} ms, ${m.errors} errors`)
+  }
+  return out
+}
+
+function printSingle(single: SingleResult[], dataset: Dataset): void {
+  const out = (line: string) => process.stdout.write(`${line}\n`)
+  const todos = dataset.fixture.options.todos
+  const name = Math.max(...single.map((r) => r.endpoint.length), 8) + 2
+  out('')
+  out(`Single-threaded (one connection, the ${dataset.fixture.readers?.length ?? 1} readers in turn; ${dataset.name}, ${todos.toLocaleString('en-US')} todos). ` +
+    `Goal: p50 ≤ ${GOALS.singleP50} ms${todos >= TEN_MILLION_CLASS ? '' : ' (issue 26 sets it at 10M todos; shown at every size)'}`)
+  out(`${'endpoint'.padEnd(name)}${'req/s'.padStart(9)}${'p50 ms'.padStart(11)}${'p99 ms'.padStart(9)}${'errors'.padStart(8)}`)
+  for (const r of single) {
+    out(`${r.endpoint.padEnd(name)}${fmt(r.rps).padStart(9)}${`${fmt(r.p50, 2)} ${r.goal === null ? ' ' : r.goal ? '✓' : '✗'}`.padStart(11)}${fmt(r.p99, 2).padStart(9)}${String(r.errors).padStart(8)}`)
+  }
+  const missed = single.filter((r) => r.goal === false).map((r) => r.endpoint)
+  out(missed.length === 0 ? `Every read answers within ${GOALS.singleP50} ms p50 one at a time.` : `Above ${GOALS.singleP50} ms p50 one at a time: ${missed.join(', ')}`)
+}
+
+function printWriteCost(w: WriteCost, load: number, dataset: Dataset): void {
+  const out = (line: string) => process.stdout.write(`${line}\n`)
+  out(`\nWrite cost of ${w.triggers.join(', ')} (${dataset.name}; ${w.rounds} interleaved rounds, median round; load average at start ${load.toFixed(2)}):`)
+  for (const r of w.runs) out(`  ${r.endpoint}, ${r.scenario}: ${r.rps} req/s, p50 ${fmt(r.p50, 2)} ms, p99 ${fmt(r.p99, 2)} ms, ${r.errors} errors`)
+  for (const [endpoint, cost] of Object.entries(w.cost)) {
+    out(`  ${endpoint}: the triggers cost ${fmt(cost, 2)}× ${cost !== null && cost <= w.goal ? '✓' : '✗'} (goal ≤ ${w.goal}×)`)
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Report
 // ---------------------------------------------------------------------------------------------
@@ -477,10 +602,13 @@ interface Ratios {
   p50_small: number | null
   p50_large: number | null
   scale_p50: number | null
+  /** The scale goal for this large size: 1.3 at 1M, 1.5 at 10M (issue 26). */
+  scale_goal: number
   goals: Record<'vs_limit' | 'vs_postgraphile' | 'p99' | 'scale', boolean | null>
 }
 
-function ratiosOf(results: Result[], endpoints: Endpoint[]): Ratios[] {
+function ratiosOf(results: Result[], endpoints: Endpoint[], largeTodos: number): Ratios[] {
+  const goalScale = scaleGoal(largeTodos)
   const get = (e: string, t: TargetName, d: Dataset['label'] = 'large') => results.find((r) => r.endpoint === e && r.target === t && r.dataset === d)
   return endpoints.map((e) => {
     const api = get(e.name, 'api')
@@ -495,6 +623,7 @@ function ratiosOf(results: Result[], endpoints: Endpoint[]): Ratios[] {
       p50_small: small?.p50 ?? null,
       p50_large: api?.p50 ?? null,
       scale_p50: ratio(api?.p50, small?.p50),
+      scale_goal: goalScale,
       goals: { vs_limit: null, vs_postgraphile: null, p99: null, scale: null },
     }
     if (e.read) {
@@ -503,7 +632,7 @@ function ratiosOf(results: Result[], endpoints: Endpoint[]): Ratios[] {
         vs_postgraphile: r.api_vs_postgraphile === null ? null : r.api_vs_postgraphile >= GOALS.vsPostgraphile,
         p99: r.api_p99 === null ? (api ? false : null) : r.api_p99 < GOALS.p99,
         // Nothing finished at the large size while the small one answered: the scale goal is missed.
-        scale: r.scale_p50 !== null ? r.scale_p50 <= GOALS.scale : api?.ok === 0 && (small?.ok ?? 0) > 0 ? false : null,
+        scale: r.scale_p50 !== null ? r.scale_p50 <= goalScale : api?.ok === 0 && (small?.ok ?? 0) > 0 ? false : null,
       }
     }
     return r
@@ -526,7 +655,8 @@ function printReport(out: NodeJS.WriteStream, results: Result[], ratios: Ratios[
   }
   w('')
   const mark = (ok: boolean | null) => (ok === null ? ' ' : ok ? '✓' : '✗')
-  w(`Ratios, same run. Goals for reads: API/limit ≥ ${GOALS.vsLimit}, API/PostGraphile ≥ ${GOALS.vsPostgraphile}, p99 < ${GOALS.p99} ms, p50 large/small ≤ ${GOALS.scale}`)
+  w(`Ratios, same run. Goals for reads: API/limit ≥ ${GOALS.vsLimit}, API/PostGraphile ≥ ${GOALS.vsPostgraphile}, p99 < ${GOALS.p99} ms, ` +
+    `p50 large/small ≤ ${ratios[0]?.scale_goal ?? GOALS.scale} (${GOALS.scale} at 1M, ${GOALS.scale10M} at 10M todos against 10k)`)
   w(`${'endpoint'.padEnd(name)}${'API/limit'.padStart(11)}${'API/PGL'.padStart(11)}${'API/PGRST'.padStart(11)}${'p99'.padStart(10)}${'p50 small'.padStart(11)}${'p50 large'.padStart(11)}${'scale'.padStart(9)}`)
   for (const r of ratios) {
     const cell = (v: number | null, ok: boolean | null, width: number, digits = 2) => `${fmt(v, digits)} ${mark(ok)}`.padStart(width)
@@ -627,6 +757,23 @@ function printFairness(f: FairnessBench, load: number, dataset: Dataset): void {
   out(f.met ? '  Fairness target met at every flood level.' : '  Fairness target missed.')
 }
 
+/** A data set as the results record it: sizes, seed time and steps, and its size on disk now. */
+async function datasetSummary(d: Dataset) {
+  const sql = postgres(d.url, { max: 1, onnotice: () => {} })
+  try {
+    const [size] = await sql<{ bytes: string }[]>`select pg_database_size(current_database())::text as bytes`
+    return {
+      database: d.name, options: d.fixture.options, counts: d.fixture.counts, seeded_at: d.fixture.seeded_at,
+      seed_seconds: d.fixture.seconds, seed_steps: d.fixture.steps ?? null, disk_bytes: Number(size!.bytes),
+      disk_bytes_after_seed: d.fixture.disk_bytes ?? null, reader: d.fixture.reader.username, writer: d.fixture.writer.username,
+      todo: d.fixture.todo, project: d.fixture.project, lists: d.fixture.lists ?? null,
+      ...((d.fixture as { subset?: unknown }).subset ? { subset: (d.fixture as { subset?: unknown }).subset } : {}),
+    }
+  } finally {
+    await sql.end({ timeout: 2 })
+  }
+}
+
 async function writeResults(config: Config, started: Date, body: object, name = 'webhooks'): Promise<void> {
   const dir = resolve(config.dataDir, 'bench')
   await mkdir(dir, { recursive: true })
@@ -666,6 +813,31 @@ async function main(): Promise<number> {
     const endpoints = ENDPOINTS.filter((e) => options.only.length === 0 || options.only.some((o) => e.name.includes(o)))
     if (endpoints.length === 0) throw new Error(`--only matches none of: ${ENDPOINTS.map((e) => e.name).join('; ')}`)
 
+    if (options.writeCost) {
+      const writes = ENDPOINTS.filter((e) => e.name === 'POST /v1/todos' || e.name === 'DELETE /v1/todos/{id}')
+      const bench = await openBench(config, large, options, new Set<TargetName>(['api']), null)
+      benches.push(bench)
+      for (const endpoint of writes) await verify(bench, endpoint, ['api'])
+      const seconds = options.duration === 10 ? 5 : options.duration
+      log(`Write cost on ${large.name}: ${writes.map((e) => e.name).join(' and ')}, ${options.connections} connections, ${seconds}s runs, triggers ${options.writeCost.join(', ')} enabled and disabled…`)
+      const writeCost = await measureWriteCost({
+        admin: bench.admin, triggers: options.writeCost, endpoints: writes, log,
+        run: (endpoint) => measure(bench, endpoint, 'api', { ...options, duration: seconds }),
+      })
+      printWriteCost(writeCost, load, large)
+      await writeResults(config, started, { load_average_at_start: load, dataset: await datasetSummary(large), connections: options.connections, write_cost: writeCost }, 'write-cost')
+      return writeCost.met ? 0 : 1
+    }
+    if (options.singleOnly) {
+      const bench = await openBench(config, large, options, new Set<TargetName>(['api']), null)
+      benches.push(bench)
+      for (const endpoint of endpoints.filter((e) => e.read)) await verify(bench, endpoint, ['api'])
+      const single = await runSingle(bench, endpoints, options)
+      printSingle(single, large)
+      await writeResults(config, started, { load_average_at_start: load, dataset: await datasetSummary(large), goals: GOALS, single }, 'single')
+      return single.every((r) => r.goal !== false) ? 0 : 1
+    }
+
     if (options.profile) {
       const file = await profile({ dataset: large, endpoints, publicUrl: config.publicUrl, dataDir: config.dataDir })
       process.stdout.write(`Profile of ${endpoints.length} endpoint(s) at ${large.fixture.options.todos.toLocaleString('en-US')} todos written to ${file}\n`)
@@ -680,8 +852,11 @@ async function main(): Promise<number> {
       .filter((t) => options.targets.has(t) && (t !== 'postgrest' || postgrest))
 
     if (load > 1) log(`Warning: the machine is busy (load average ${load.toFixed(1)} on ${cpus().length} cores): every figure will be lower and noisier.`)
-    const runs = endpoints.length * targets.length + (small ? endpoints.filter((e) => e.read).length : 0)
-    log(`Measuring ${runs} runs of ${options.warmup}+${options.duration}s at ${options.connections} connections (about ${Math.ceil((runs * (options.warmup + options.duration + 1)) / 60)} min).`)
+    const reads = endpoints.filter((e) => e.read).length
+    const runs = endpoints.length * targets.length + (small ? reads : 0)
+    const singleRuns = options.skipSingle ? 0 : reads * (Math.min(options.warmup, 2) + singleSeconds(options))
+    log(`Measuring ${runs} runs of ${options.warmup}+${options.duration}s at ${options.connections} connections` +
+      `${options.skipSingle ? '' : ` and ${reads} of ${singleSeconds(options)}s at one`} (about ${Math.ceil((runs * (options.warmup + options.duration + 1) + singleRuns) / 60)} min).`)
 
     const bench = await openBench(config, large, options, new Set(targets), postgrest)
     benches.push(bench)
@@ -697,6 +872,8 @@ async function main(): Promise<number> {
       for (const target of targets) record(endpoint, target, 'large', await measure(bench, endpoint, target, options))
     }
     if (endpoints.some((e) => !e.read)) await bench.admin.unsafe('vacuum (analyze) app.todos, app.reactions, app.users')
+    // One request at a time, on the large data set (issue 26: no list above 50 ms p50 at 10M).
+    const single = options.skipSingle || !bench.servers.api ? null : await runSingle(bench, endpoints, options)
     await closeBench(bench)
     benches.pop()
 
@@ -730,7 +907,8 @@ async function main(): Promise<number> {
       notifications = await measureNotifications({ serverUrl: server.url, jwtSecret: config.jwtSecret, connections: options.connections, log })
     }
 
-    const ratios = ratiosOf(results, endpoints)
+    const ratios = ratiosOf(results, endpoints, large.fixture.options.todos)
+    const datasets = { large: await datasetSummary(large), ...(small ? { small: await datasetSummary(small) } : {}) }
     const admin = postgres(large.url, { max: 1, onnotice: () => {} })
     const [pg] = await admin<{ version: string }[]>`select current_setting('server_version') as version`
     await admin.end({ timeout: 2 })
@@ -738,12 +916,16 @@ async function main(): Promise<number> {
     const fx = large.fixture
     const header = [
       `Benchmark ${started.toISOString()}: ${cpu.length} × ${cpu[0]?.model.trim() ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}, PostgreSQL ${pg!.version}${server.embedded ? ' (embedded)' : ''}, load average at start ${load.toFixed(2)}`,
-      `Large: ${large.name} (${fx.counts.users?.toLocaleString('en-US')} users, ${fx.counts.todos?.toLocaleString('en-US')} todos, ${fx.counts.reactions?.toLocaleString('en-US')} reactions, ${fx.counts.comments?.toLocaleString('en-US')} comments; seeded in ${fx.seconds}s)` +
-        (small ? `; small: ${small.name} (${small.fixture.counts.todos?.toLocaleString('en-US')} todos: the same pages, a hundredth of the todos)` : ''),
+      `Large: ${large.name} (${fx.counts.users?.toLocaleString('en-US')} users, ${fx.counts.todos?.toLocaleString('en-US')} todos, ${fx.counts.reactions?.toLocaleString('en-US')} reactions, ${fx.counts.comments?.toLocaleString('en-US')} comments; ` +
+        `seeded in ${fx.seconds}s, ${gib(datasets.large.disk_bytes)} on disk)` +
+        (small ? `; small: ${small.name} (${small.fixture.counts.todos?.toLocaleString('en-US')} todos serving the same pages, ${gib(datasets.small?.disk_bytes)} on disk)` : ''),
       `${options.connections} connections, ${options.duration}s per run after ${options.warmup}s warm-up, pool of ${options.pool} database connections per server and for the SQL run.`,
       `Reader ${fx.reader.username} (${fx.reader.todos_count} todos; reads spread over ${fx.readers?.length ?? 1} members), writer ${fx.writer.username} (writes spread over ${fx.writers?.length ?? 1} members); project ${fx.project.slug} (${fx.project.todos} todos) queried for "${fx.project.query}".`,
+      ...(fx.lists ? [`Filtered lists: since=${fx.lists.since_all}; until=${fx.lists.until} (a year before seeding); query=${fx.lists.prefix} (a prefix of "${fx.lists.prefix_word}", ` +
+        `in ${Math.round(fx.lists.prefix_word_share * 100)}% of todos); query=-${fx.lists.negated} (the word is in ${(fx.lists.negated_share * 100).toFixed(2)}%); since=${fx.lists.since_recent} (30 days before seeding).`] : []),
     ]
     printReport(process.stdout, results, ratios, header, postgrestNote)
+    if (single) printSingle(single, large)
     if (chat) {
       process.stdout.write(`\nDirect messages, POST /v1/conversations/{id}/messages → message.created at ${chat.clients} subscribed supabase-js clients ` +
         `(${chat.messages} messages, ${chat.clients * chat.messages} deliveries): p50 ${fmt(chat.p50, 2)} ms, p99 ${fmt(chat.p99, 2)} ms, max ${fmt(chat.max, 2)} ms\n`)
@@ -755,11 +937,6 @@ async function main(): Promise<number> {
     const dir = resolve(config.dataDir, 'bench')
     await mkdir(dir, { recursive: true })
     const file = resolve(dir, `${started.toISOString().replace(/[:.]/g, '-')}.json`)
-    const strip = (d: Dataset) => ({
-      database: d.name, options: d.fixture.options, counts: d.fixture.counts, seeded_at: d.fixture.seeded_at,
-      seed_seconds: d.fixture.seconds, reader: d.fixture.reader.username, writer: d.fixture.writer.username,
-      todo: d.fixture.todo, project: d.fixture.project,
-    })
     await writeFile(file, JSON.stringify({
       started_at: started.toISOString(),
       finished_at: new Date().toISOString(),
@@ -769,11 +946,12 @@ async function main(): Promise<number> {
         postgres: pg!.version, embedded: server.embedded, load_average_at_start: load,
       },
       options: { ...options, targets: [...options.targets] },
-      goals: GOALS,
-      datasets: { large: strip(large), ...(small ? { small: strip(small) } : {}) },
+      goals: { ...GOALS, scale_this_run: scaleGoal(large.fixture.options.todos) },
+      datasets,
       postgrest: postgrestNote ?? (postgrest ? `measured (${postgrest})` : 'not requested'),
       results,
       ratios,
+      single,
       notifications,
       chat,
       webhooks,

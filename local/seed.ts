@@ -16,7 +16,7 @@ import postgres from 'postgres'
 import { readConfig } from './config.ts'
 import { databaseName, databaseUrl, ensureDatabase, migrateDatabase, openServer } from './bench/databases.ts'
 import { progressBar } from './bench/progress.ts'
-import { SeedError, seedDatabase, writeFixtureFile } from './bench/seed-data.ts'
+import { SeedError, gib, seedDatabase, writeFixtureFile } from './bench/seed-data.ts'
 
 function whole(name: string, value: string | undefined, fallback: number): number {
   if (value === undefined) return fallback
@@ -56,8 +56,9 @@ async function main(): Promise<number> {
       const fixture = await seedDatabase(sql, options, progressBar('seed', 1), { reset: Boolean(values.reset) })
       const file = await writeFixtureFile(config.dataDir, databaseName(url), fixture)
       const out = process.stdout
-      out.write(`Seeded ${databaseName(url)} in ${fixture.seconds}s (seed ${options.seed}):\n`)
+      out.write(`Seeded ${databaseName(url)} in ${fixture.seconds}s (seed ${options.seed}), ${gib(fixture.disk_bytes)} on disk:\n`)
       for (const [table, n] of Object.entries(fixture.counts)) out.write(`  ${table.padEnd(24)} ${n.toLocaleString('en-US').padStart(12)}\n`)
+      out.write(`Steps: ${Object.entries(fixture.steps ?? {}).map(([step, s]) => `${step} ${s}s`).join(', ')}\n`)
       out.write(`Bench members (API keys in ${file} and table seed.fixture):\n`)
       out.write(`  reader ${fixture.reader.username} (${fixture.reader.todos_count} todos), writer ${fixture.writer.username}\n`)
       out.write(`  todo ${fixture.todo.id}, project ${fixture.project.slug ?? fixture.project.id} (${fixture.project.todos} todos, query "${fixture.project.query}")\n`)

@@ -8,12 +8,13 @@
 // connection its own targets through `prepare`, and remove what they created in `cleanup`.
 import type { Sql } from 'postgres'
 import type { Access } from '../../functions/lib/db.ts'
-import type { Fixture } from './seed-data.ts'
+import { type TodoFilterQuery, todoFilters } from '../../functions/lib/filters.ts'
+import type { Fixture, ListFilters } from './seed-data.ts'
 
 export interface Call {
   /** Arguments of the api function, as the handler passes them. */
   args: unknown[]
-  method: 'GET' | 'POST'
+  method: 'GET' | 'POST' | 'DELETE'
   /** Path and query string. */
   path: string
   /** JSON body. */
@@ -31,6 +32,8 @@ export interface CallContext {
   connections: number
   /** What `prepare` returned. */
   prepared: string[]
+  /** Todos per page that lists ask for (the subset asks for one more, to keep has_more's todo). */
+  page?: number
 }
 
 export interface Endpoint {
@@ -48,9 +51,13 @@ export interface Endpoint {
   prepare?(sql: Sql, fixture: Fixture, count: number): Promise<string[]>
   /** Removes what the endpoint created since `since` (as the superuser, triggers included). */
   cleanup?(sql: Sql, fixture: Fixture, since: Date): Promise<void>
+  /** Its requests use up their targets (deletions): `prepare` runs again before every run. */
+  consumes?: boolean
+  /** A list asked with filters (issue 26): held to the single-threaded goal at 10M too. */
+  filtered?: boolean
 }
 
-const PAGE = 25
+export const PAGE = 25
 const uuidOf = (publicId: string) => publicId.replace(/^[a-z]+_/, '').replace(/^(.{8})(.{4})(.{4})(.{4})(.{12})$/, '$1-$2-$3-$4-$5')
 
 /** Targets per connection for writes that cannot repeat; more than a run at ~3000/s needs. */
@@ -92,6 +99,57 @@ async function removeWrites(sql: Sql, fixture: Fixture, table: 'todos' | 'reacti
   await sql`delete from app.rate_limit_counters where user_id = any (${ids}::uuid[])`
 }
 
+/**
+ * The lists of issue 26, each asked with every filter of FILTERS: everything visible, the
+ * timeline and a member's own list (the readers', as `GET /v1/users/me/todos` is).
+ */
+const LISTS = [
+  { path: '/v1/todos', fn: 'api.todos_list', lead: [] as unknown[] },
+  { path: '/v1/timeline', fn: 'api.timeline', lead: [] as unknown[] },
+  { path: '/v1/users/me/todos', fn: 'api.user_todos', lead: ['me'] as unknown[] },
+]
+
+/** The filters (values from fixture.lists, see ListFilters), named for what they ask. */
+export const FILTERS: { label: string; query: (f: ListFilters) => TodoFilterQuery }[] = [
+  { label: 'since=1970', query: (f) => ({ since: f.since_all }) },
+  { label: 'until=<a year ago>', query: (f) => ({ until: f.until }) },
+  { label: 'query=<common prefix>', query: (f) => ({ query: f.prefix }) },
+  { label: 'query=-<rare word>', query: (f) => ({ query: `-${f.negated}` }) },
+  { label: 'since=<30 days ago>&query=<common prefix>', query: (f) => ({ since: f.since_recent, query: f.prefix }) },
+]
+
+function listFiltersOf(fixture: Fixture): ListFilters {
+  if (!fixture.lists) throw new Error('the fixture has no list filters (older than FIXTURE_FORMAT 5): the bench picks them again when it opens the data set')
+  return fixture.lists
+}
+
+/** One filtered list: the request, and the handler's arguments made by the handler's own todoFilters. */
+function filteredList(list: (typeof LISTS)[number], filter: (typeof FILTERS)[number]): Endpoint {
+  return {
+    name: `GET ${list.path}?${filter.label}`,
+    fn: list.fn,
+    access: 'read',
+    as: 'reader',
+    status: 200,
+    read: true,
+    filtered: true,
+    calls: ({ fixture, page = PAGE }) => {
+      const query = filter.query(listFiltersOf(fixture))
+      const search = new URLSearchParams(Object.entries(query) as [string, string][]).toString()
+      return [{ method: 'GET', path: `${list.path}?${search}`, args: [...list.lead, todoFilters(query), page, null, false] }]
+    },
+  }
+}
+
+/** The filtered lists as endpoints, list by list. */
+export const FILTERED_LISTS: Endpoint[] = LISTS.flatMap((list) => FILTERS.map((filter) => filteredList(list, filter)))
+
+/**
+ * Deletions each writer may make in one run: the `todo_delete` limit (30 per 10 minutes,
+ * docs/rate-limits.md). Nobody is exempt; the writers' counters are cleared after each run.
+ */
+const DELETES_PER_WRITER = 30
+
 export const ENDPOINTS: Endpoint[] = [
   {
     name: 'GET /v1/users/me/todos?expand=reactions',
@@ -100,7 +158,7 @@ export const ENDPOINTS: Endpoint[] = [
     as: 'reader',
     status: 200,
     read: true,
-    calls: () => [{ method: 'GET', path: '/v1/users/me/todos?expand=reactions', args: ['me', {}, PAGE, null, true] }],
+    calls: ({ page = PAGE }) => [{ method: 'GET', path: '/v1/users/me/todos?expand=reactions', args: ['me', {}, page, null, true] }],
   },
   {
     name: 'GET /v1/todos/{id}',
@@ -118,10 +176,10 @@ export const ENDPOINTS: Endpoint[] = [
     as: 'reader',
     status: 200,
     read: true,
-    calls: ({ fixture }) => [{
+    calls: ({ fixture, page = PAGE }) => [{
       method: 'GET',
       path: `/v1/projects/${fixture.project.id}/todos?query=${encodeURIComponent(fixture.project.query)}`,
-      args: [fixture.project.id, { query: fixture.project.query }, PAGE, null, false],
+      args: [fixture.project.id, { query: fixture.project.query }, page, null, false],
     }],
   },
   {
@@ -131,7 +189,7 @@ export const ENDPOINTS: Endpoint[] = [
     as: 'reader',
     status: 200,
     read: true,
-    calls: () => [{ method: 'GET', path: '/v1/timeline', args: [{}, PAGE, null, false] }],
+    calls: ({ page = PAGE }) => [{ method: 'GET', path: '/v1/timeline', args: [{}, page, null, false] }],
   },
   {
     name: 'GET /v1/todos',
@@ -140,8 +198,9 @@ export const ENDPOINTS: Endpoint[] = [
     as: 'reader',
     status: 200,
     read: true,
-    calls: () => [{ method: 'GET', path: '/v1/todos', args: [{}, PAGE, null, false] }],
+    calls: ({ page = PAGE }) => [{ method: 'GET', path: '/v1/todos', args: [{}, page, null, false] }],
   },
+  ...FILTERED_LISTS,
   {
     name: 'POST /v1/todos',
     fn: 'api.todo_create',
@@ -154,6 +213,50 @@ export const ENDPOINTS: Endpoint[] = [
       const body = `Benchmarked the write path #${fixture.mention.hashtag} with @${fixture.mention.username}`
       return writersOf(fixture, client, connections).map((writer) =>
         ({ method: 'POST' as const, path: '/v1/todos', body: { body }, args: [body, []], writer }))
+    },
+    cleanup: (sql, fixture, since) => removeWrites(sql, fixture, 'todos', since),
+  },
+  {
+    name: 'DELETE /v1/todos/{id}',
+    fn: 'api.todo_delete',
+    access: 'write',
+    as: 'writer',
+    status: 204,
+    read: false,
+    consumes: true,
+    // Before every run, each writer gets new todos of its own to delete, made as the superuser
+    // with every trigger (counts, totals, streaks), as POST /v1/todos makes them: a deletion
+    // undoes what posting did. At most DELETES_PER_WRITER each, so none reaches its limit.
+    prepare: async (sql, fixture, count) => {
+      const writers = writerIds(fixture)
+      const per = Math.max(1, Math.min(DELETES_PER_WRITER, Math.ceil(count / writers.length)))
+      const rows = await sql<{ user_id: string; id: string }[]>`
+        insert into app.todos (user_id, body)
+        select w.id, 'Made by the benchmark to be deleted ' || n
+        from unnest(${writers}::uuid[]) as w(id) cross join generate_series(1, ${per}) n
+        returning user_id::text, 'todo_' || replace(id::text, '-', '') as id`
+      const index = new Map(writers.map((id, k) => [id, k]))
+      return rows.map((r) => `${index.get(r.user_id)}:${r.id}`)
+    },
+    calls: ({ fixture, client, connections, prepared }) => {
+      // This connection's writers' targets, the writers taking turns.
+      const mine = writersOf(fixture, client, connections).map((w) => Math.max(w, 0))
+      const byWriter = new Map<number, string[]>(mine.map((w) => [w, []]))
+      for (const entry of prepared) {
+        const [writer, id] = entry.split(':') as [string, string]
+        byWriter.get(Number(writer))?.push(id)
+      }
+      const calls: Call[] = []
+      for (let n = 0, more = true; more; n++) {
+        more = false
+        for (const w of mine) {
+          const id = byWriter.get(w)![n]
+          if (id === undefined) continue
+          more = true
+          calls.push({ method: 'DELETE', path: `/v1/todos/${id}`, args: [id], writer: w })
+        }
+      }
+      return calls
     },
     cleanup: (sql, fixture, since) => removeWrites(sql, fixture, 'todos', since),
   },

@@ -38,7 +38,7 @@ function measurement(latencies: number[], errors: number, seconds: number): Meas
 }
 
 export interface HttpRequest {
-  method: 'GET' | 'POST'
+  method: 'GET' | 'POST' | 'DELETE'
   path: string
   headers: Record<string, string>
   body?: string

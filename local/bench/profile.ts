@@ -47,6 +47,7 @@ export async function profile(input: ProfileInput): Promise<string> {
     for (const endpoint of input.endpoints) {
       const member = fixture[endpoint.as]
       const credential: Credential = { kind: 'api_key', key_hash: await sha256Hex(member.api_key) }
+      const [{ since }] = await sql<{ since: Date }[]>`select now() as since` as unknown as [{ since: Date }]
       const prepared = endpoint.prepare ? await endpoint.prepare(sql, fixture, 4) : []
       const calls = endpoint.calls({ fixture, client: 0, connections: 1, prepared })
       const context = { credential, access: endpoint.access, publicUrl: input.publicUrl }
@@ -116,6 +117,8 @@ export async function profile(input: ProfileInput): Promise<string> {
         w(`-- ${m[1]} ms`)
         w(m[2]!.trimEnd())
       }
+      // What prepare made (a deletion's targets) goes.
+      if (endpoint.cleanup) await endpoint.cleanup(sql, fixture, since)
     }
   } finally {
     await sql.end({ timeout: 5 })

@@ -3,7 +3,8 @@
 // comments with replies, reactions on todos and comments, follows and mutes. Deterministic:
 // the same seed, sizes and day give the same rows.
 //
-// How it is fast enough (10k users / 1M todos in well under 5 minutes on 2 cores):
+// How it is fast enough (10k users / 1M todos in about a minute on 2 cores, 100k users / 10M
+// todos in about ten: every step is linear in the rows it makes):
 //   - Small tables (users, projects) come from @faker-js/faker in JavaScript and go in as one
 //     JSON parameter each; the big ones (todos, reactions, follows) are generated inside
 //     PostgreSQL with generate_series and a hash of the row number as the random source
@@ -15,7 +16,12 @@
 //     followers_count, reactions_count, comments_count, streaks) with the same definitions the
 //     triggers use (app.extract_mentions, app.refresh_streak's runs of consecutive days).
 //   - The secondary indexes of the bulk tables are dropped first and rebuilt at the end,
-//     which is several times faster than maintaining them row by row (GIN above all).
+//     which is several times faster than maintaining them row by row (GIN above all); so are
+//     their primary keys and unique constraints that no foreign key uses (random uuids: kept
+//     row by row, their indexes outgrow shared_buffers at 10M and every row costs a page).
+//   - Chunked steps (100k todos a statement, for the progress bar) join only the chunk's rows:
+//     what one step derives for the next (counts, the owning project) is keyed by the todo's
+//     row number and joined by range, never hashed whole per chunk.
 // The transaction either commits the whole data set with its fixture or nothing.
 //
 // A new table gets its own step in STEPS: generate its rows from seed_todos / seed_users the
@@ -31,7 +37,7 @@ import type { Progress } from './progress.ts'
 /** Bumped when the generated data changes: the bench seeds again. */
 export const SEED_FORMAT = 1
 /** Bumped when what the fixture picks changes: the bench picks again without seeding. */
-export const FIXTURE_FORMAT = 4
+export const FIXTURE_FORMAT = 5
 /**
  * Members the write runs post and like as, in turn: every write that grows a table is
  * rate-limited per member (docs/rate-limits.md), so a run spreads its writes over this many
@@ -67,7 +73,12 @@ export interface Fixture {
   fixture_format: number
   options: SeedOptions
   seeded_at: string
+  /** Seconds the whole seed took. */
   seconds: number
+  /** Seconds of each step of the seed, in order (older fixtures lack it). */
+  steps?: Record<string, number>
+  /** pg_database_size of the seeded database after its vacuum, bytes (older fixtures lack it). */
+  disk_bytes?: number
   migrations: string[]
   counts: Record<string, number>
   /** Reads as this member: an active, public member with a typical-to-busy history. */
@@ -92,7 +103,37 @@ export interface Fixture {
   project: { id: string; slug: string | null; hashtag: string; todos: number; query: string; query_matches: number }
   /** Used in the body of posted todos, so posting parses a real #hashtag and @mention. */
   mention: { hashtag: string; username: string }
+  /** The filters of the filtered lists (issue 26). Older fixtures lack it (the bench picks again). */
+  lists?: ListFilters
 }
+
+/**
+ * What the filtered lists ask for, picked by absolute properties so that every data set size
+ * asks the same question of the same kind of data: dates relative to the moment of seeding (the
+ * todos span the two years before it), words by their share of todos in a fixed sample (the
+ * oldest todos: the phrases come from the same 2,000 faker phrases at every size).
+ */
+export interface ListFilters {
+  /** since that keeps every todo. */
+  since_all: string
+  /** since 30 days before seeding (YYYY-MM-DD, the viewer's local day): about 4% of the todos. */
+  since_recent: string
+  /** until a year before seeding: the older half. */
+  until: string
+  /** A one-letter prefix: the first letter of the commonest word (every word of `query` is a prefix match). */
+  prefix: string
+  /** That word, and the share of the sample's todos it is in. */
+  prefix_word: string
+  prefix_word_share: number
+  /** A word in about one todo in a thousand, negated (`query=-word`: nearly every todo matches). */
+  negated: string
+  negated_share: number
+  /** Todos the words were counted in (the oldest, by number). */
+  sample: number
+}
+
+/** Todos counted for the words of ListFilters (the oldest ones). */
+const WORD_SAMPLE = 20_000
 
 const TIME_ZONES: { value: string; weight: number }[] = [
   { value: 'America/New_York', weight: 14 }, { value: 'America/Los_Angeles', weight: 10 },
@@ -125,6 +166,7 @@ const BULK_TABLES = [
 const DAY = 86_400
 /** Todos are spread over the two years before the moment of seeding. */
 const TODO_SPAN_SECONDS = 730 * DAY
+/** Todos per statement of the chunked steps (the test seeds with smaller chunks, so it crosses chunk bounds). */
 const CHUNK = 100_000
 
 // ---------------------------------------------------------------------------------------------
@@ -242,6 +284,10 @@ interface Ctx {
   progress: Progress
   vocab: ReturnType<typeof vocabulary>
   indexes: { name: string; def: string; comment: string | null }[]
+  /** Primary keys and unique constraints dropped for the load and added again at the end. */
+  constraints: { table: string; name: string; def: string; comment: string | null; index_comment: string | null }[]
+  /** Todos per statement of the chunked steps. */
+  chunk: number
 }
 
 interface Step {
@@ -252,8 +298,8 @@ interface Step {
 }
 
 async function chunked(ctx: Ctx, total: number, run: (from: number, to: number) => Promise<unknown>) {
-  for (let from = 1; from <= total; from += CHUNK) {
-    const to = Math.min(total, from + CHUNK - 1)
+  for (let from = 1; from <= total; from += ctx.chunk) {
+    const to = Math.min(total, from + ctx.chunk - 1)
     await run(from, to)
     ctx.progress.update(to / total)
   }
@@ -272,9 +318,27 @@ export const RECOUNT_TODO_TOTALS = `
 
 const STEPS: Step[] = [
   {
-    label: 'prepare: drop secondary indexes of bulk tables',
+    label: 'prepare: drop secondary indexes and unreferenced keys of bulk tables',
     weight: () => 0.1,
-    run: async ({ tx, indexes }) => {
+    run: async ({ tx, indexes, constraints }) => {
+      // Primary keys and unique constraints that no foreign key depends on go too (reactions,
+      // mentions, follows): their keys are random (uuids), so a load in time order inserts into
+      // every page of their indexes; once an index outgrows shared_buffers (at 10M todos the
+      // reactions' key alone is about 0.8 GB) every row reads and dirties a page of it and the
+      // load slows down faster than the data grows. Rebuilt by a sort at the end, as the indexes
+      // are; uniqueness is checked then, in the same transaction. Keys that foreign keys use
+      // (todos, comments) stay.
+      const keys = await tx<{ table: string; name: string; def: string; comment: string | null; index_comment: string | null }[]>`
+        select c.conrelid::regclass::text as table, c.conname as name, pg_get_constraintdef(c.oid) as def,
+               obj_description(c.oid, 'pg_constraint') as comment, obj_description(c.conindid, 'pg_class') as index_comment
+        from pg_constraint c
+        where c.conrelid = any (${BULK_TABLES}::regclass[]) and c.contype in ('p', 'u')
+          and not exists (select 1 from pg_constraint f where f.contype = 'f' and f.conindid = c.conindid)
+        order by c.oid`
+      for (const key of keys) {
+        constraints.push(key)
+        await tx.unsafe(`alter table ${key.table} drop constraint ${key.name}`)
+      }
       const rows = await tx<{ name: string; def: string; comment: string | null }[]>`
         select i.indexrelid::regclass::text as name, pg_get_indexdef(i.indexrelid) as def,
                obj_description(i.indexrelid, 'pg_class') as comment
@@ -362,7 +426,8 @@ const STEPS: Step[] = [
         from seed_users f
         cross join lateral generate_series(1, floor(60 * power(${r('f.idx', 31)}, 2))::int) j
         join seed_users e on e.idx = floor(${o.users} * power(${r('f.idx::bigint * 1000 + j', 32)}, 2))::int
-        where e.idx <> f.idx`, [anchor])
+        where e.idx <> f.idx
+        order by 1, 2`, [anchor])
       const projects = Math.max(3, Math.round(o.users / 10))
       await tx.unsafe(`
         insert into app.project_follows (user_id, project_id, created_at)
@@ -437,7 +502,7 @@ const STEPS: Step[] = [
     run: async ({ tx }) => {
       await tx.unsafe(`
         create temp table seed_project_mentions on commit drop as
-        select s.id as todo_id, s.user_id, p.id as project_id, tag.position
+        select s.i as todo_i, s.id as todo_id, s.user_id, p.id as project_id, tag.position
         from seed_todos s
         cross join lateral app.extract_mentions(s.body, '#') tag
         join app.projects p on lower(p.hashtag) = tag.name
@@ -445,11 +510,12 @@ const STEPS: Step[] = [
       // The `projects` field: the first #hashtag project of which the author is an accepted maker.
       await tx.unsafe(`
         create temp table seed_todo_project on commit drop as
-        select distinct on (pm.todo_id) pm.todo_id, pm.project_id
+        select distinct on (pm.todo_i) pm.todo_i, pm.project_id
         from seed_project_mentions pm
         join app.project_makers mk on mk.project_id = pm.project_id and mk.user_id = pm.user_id and mk.accepted
-        order by pm.todo_id, pm.position;
-        alter table seed_todo_project add primary key (todo_id)`)
+        order by pm.todo_i, pm.position;
+        alter table seed_todo_project add primary key (todo_i);
+        analyze seed_todo_project`)
       await tx.unsafe(`
         insert into app.todo_project_mentions (todo_id, project_id, position)
         select todo_id, project_id, position from seed_project_mentions`)
@@ -508,8 +574,9 @@ const STEPS: Step[] = [
         where strpos(c.body, '@') > 0`)
       await tx.unsafe(`
         create temp table seed_comment_counts on commit drop as
-        select todo_id, count(*)::int as n from seed_comments group by todo_id;
-        alter table seed_comment_counts add primary key (todo_id)`)
+        select todo_i, count(*)::int as n from seed_comments group by todo_i;
+        alter table seed_comment_counts add primary key (todo_i);
+        analyze seed_comment_counts`)
     },
   },
   {
@@ -520,36 +587,48 @@ const STEPS: Step[] = [
       const r = (expr: string, salt: number) => rnd(expr, salt, o.seed)
       // Per todo: usually 0–11 (mean about 1.5), 0.2% are popular with 20–59. Reactors are
       // consecutive members from a random start, so (todo, member) is unique; never the author.
+      // Each chunk also counts what it inserted per todo (by the todo's row number, which the
+      // todo insert joins by range): counting afterwards from app.reactions would be another
+      // pass over every reaction and a table keyed by todo id that each chunk of the todo
+      // insert had to hash whole (every chunk paying for all todos: quadratic in the todos).
+      await tx.unsafe(`
+        create temp table seed_reaction_counts (todo_i bigint primary key, n int not null) on commit drop`)
       await chunked(ctx, o.todos, (from, to) => tx.unsafe(`
-        insert into app.reactions (id, user_id, todo_id, created_at)
-        select md5('${o.seed}:reaction:' || s.i || ':' || j)::uuid, u.id, s.id,
-               least(s.created_at + make_interval(secs => ${3 * DAY} * ${r('s.i * 64 + j', 21)}), $1::timestamptz)
-        from seed_todos s
-        cross join lateral generate_series(1, least(${o.users - 1}, case when ${r('s.i', 22)} < 0.002 then 20 + floor(40 * ${r('s.i', 23)})::int
-                                                                         else floor(12 * power(${r('s.i', 24)}, 5))::int end)) j
-        join seed_users u on u.idx = (floor(${o.users} * ${r('s.i', 25)})::int + j) % ${o.users}
-        where s.i between ${from} and ${to} and u.id <> s.user_id
-        order by s.i, j`, [anchor]))
+        with made as materialized (
+          select s.i, j, md5('${o.seed}:reaction:' || s.i || ':' || j)::uuid as id, u.id as user_id, s.id as todo_id,
+                 least(s.created_at + make_interval(secs => ${3 * DAY} * ${r('s.i * 64 + j', 21)}), $1::timestamptz) as created_at
+          from seed_todos s
+          cross join lateral generate_series(1, least(${o.users - 1}, case when ${r('s.i', 22)} < 0.002 then 20 + floor(40 * ${r('s.i', 23)})::int
+                                                                           else floor(12 * power(${r('s.i', 24)}, 5))::int end)) j
+          join seed_users u on u.idx = (floor(${o.users} * ${r('s.i', 25)})::int + j) % ${o.users}
+          where s.i between ${from} and ${to} and u.id <> s.user_id
+        ), inserted as (
+          insert into app.reactions (id, user_id, todo_id, created_at)
+          select id, user_id, todo_id, created_at from made order by i, j
+        )
+        insert into seed_reaction_counts (todo_i, n) select i, count(*) from made group by i`, [anchor]))
+      await tx.unsafe(`analyze seed_reaction_counts`)
       // Comments: one in ten gets one or two.
       await tx.unsafe(`
-        insert into app.reactions (id, user_id, comment_id, created_at)
-        select md5('${o.seed}:comment-reaction:' || c.id || ':' || k)::uuid, u.id, c.id,
-               least(c.created_at + make_interval(secs => ${DAY} * ${r('c.todo_i * 64 + c.j * 4 + k', 51)}), $1::timestamptz)
-        from seed_comments c
-        cross join lateral generate_series(1, floor(3 * power(${r('c.todo_i * 64 + c.j', 52)}, 6))::int) k
-        join seed_users u on u.idx = (floor(${o.users} * ${r('c.todo_i * 64 + c.j', 53)})::int + k) % ${o.users}
-        where u.id <> c.user_id
-        order by c.todo_i, c.j, k`, [anchor])
+        create temp table seed_comment_reaction_counts (comment_id uuid primary key, n int not null) on commit drop`)
       await tx.unsafe(`
-        create temp table seed_reaction_counts on commit drop as
-        select todo_id, count(*)::int as n from app.reactions where todo_id is not null group by todo_id;
-        alter table seed_reaction_counts add primary key (todo_id)`)
+        with made as materialized (
+          select c.todo_i, c.j, k, md5('${o.seed}:comment-reaction:' || c.id || ':' || k)::uuid as id, u.id as user_id, c.id as comment_id,
+                 least(c.created_at + make_interval(secs => ${DAY} * ${r('c.todo_i * 64 + c.j * 4 + k', 51)}), $1::timestamptz) as created_at
+          from seed_comments c
+          cross join lateral generate_series(1, floor(3 * power(${r('c.todo_i * 64 + c.j', 52)}, 6))::int) k
+          join seed_users u on u.idx = (floor(${o.users} * ${r('c.todo_i * 64 + c.j', 53)})::int + k) % ${o.users}
+          where u.id <> c.user_id
+        ), inserted as (
+          insert into app.reactions (id, user_id, comment_id, created_at)
+          select id, user_id, comment_id, created_at from made order by todo_i, j, k
+        )
+        insert into seed_comment_reaction_counts (comment_id, n) select comment_id, count(*) from made group by comment_id`, [anchor])
       await tx.unsafe(`
         insert into app.comments (id, todo_id, user_id, parent_id, body, reactions_count, created_at, updated_at)
         select c.id, c.todo_id, c.user_id, c.parent_id, c.body, coalesce(n.n, 0), c.created_at, c.created_at
         from seed_comments c
-        left join (select comment_id, count(*)::int as n from app.reactions where comment_id is not null group by comment_id) n
-          on n.comment_id = c.id
+        left join seed_comment_reaction_counts n on n.comment_id = c.id
         order by c.todo_i, c.j`)
     },
   },
@@ -568,12 +647,13 @@ const STEPS: Step[] = [
                coalesce(rc.n, 0), coalesce(cc.n, 0), s.created_at, s.created_at
         from seed_todos s
         join app.users u on u.id = s.user_id
-        left join seed_todo_project tp on tp.todo_id = s.id
-        left join seed_reaction_counts rc on rc.todo_id = s.id
-        left join seed_comment_counts cc on cc.todo_id = s.id
+        left join seed_todo_project tp on tp.todo_i = s.i and tp.todo_i between ${from} and ${to}
+        left join seed_reaction_counts rc on rc.todo_i = s.i and rc.todo_i between ${from} and ${to}
+        left join seed_comment_counts cc on cc.todo_i = s.i and cc.todo_i between ${from} and ${to}
         where s.i between ${from} and ${to}
         order by s.i`))
-      await tx.unsafe(`select setval(pg_get_serial_sequence('app.todos', 'number'), greatest((select max(number) from app.todos), 1))`)
+      // Numbers are 1 … todos (the key on number is rebuilt at the end).
+      await tx.unsafe(`select setval(pg_get_serial_sequence('app.todos', 'number'), ${Math.max(o.todos, 1)})`)
     },
   },
   {
@@ -620,11 +700,18 @@ const STEPS: Step[] = [
   {
     label: 'rebuild indexes',
     weight: (o) => o.todos / 125_000,
-    run: async ({ tx, indexes, progress }) => {
+    run: async ({ tx, indexes, constraints, progress }) => {
+      const total = constraints.length + indexes.length
+      for (const [n, key] of constraints.entries()) {
+        await tx.unsafe(`alter table ${key.table} add constraint ${key.name} ${key.def}`)
+        if (key.comment !== null) await tx.unsafe(`comment on constraint ${key.name} on ${key.table} is ${literal(key.comment)}`)
+        if (key.index_comment !== null) await tx.unsafe(`comment on index ${key.table.split('.')[0]}.${key.name} is ${literal(key.index_comment)}`)
+        progress.update((n + 1) / total)
+      }
       for (const [n, index] of indexes.entries()) {
         await tx.unsafe(index.def)
         if (index.comment !== null) await tx.unsafe(`comment on index ${index.name} is ${literal(index.comment)}`)
-        progress.update((n + 1) / indexes.length)
+        progress.update((constraints.length + n + 1) / total)
       }
     },
   },
@@ -653,7 +740,36 @@ async function benchKey(tx: TransactionSql, user: { id: string; username: string
   }
 }
 
-async function makeFixture(tx: TransactionSql, options: SeedOptions, seconds: number): Promise<Fixture> {
+const isoDay = (at: Date) => at.toISOString().slice(0, 10)
+
+/** The filtered lists' filters for a data set seeded at `seededAt` (see ListFilters). */
+async function listFilters(tx: TransactionSql, seededAt: Date): Promise<ListFilters> {
+  const sample = `select search from app.todos where number <= ${WORD_SAMPLE}`
+  const [{ n }] = await tx.unsafe(`select count(*)::int as n from app.todos where number <= ${WORD_SAMPLE}`) as unknown as [{ n: number }]
+  const words = (order: string) => tx.unsafe(`
+    select s.word, s.ndoc from ts_stat($1) s
+    where s.word ~ '^[a-z]{3,}$'
+      and not exists (select 1 from app.projects p where lower(p.hashtag) = s.word)
+      and not exists (select 1 from app.users u where lower(u.username) = s.word)
+    order by ${order}, s.word
+    limit 1`, [sample]) as unknown as Promise<{ word: string; ndoc: number }[]>
+  const [common] = await words('s.ndoc desc')
+  const [rare] = await words(`length(s.word) < 5, abs(s.ndoc - ${Math.max(1, Math.round(n / 1000))})`)
+  const day = 86_400_000
+  return {
+    since_all: '1970',
+    since_recent: isoDay(new Date(seededAt.getTime() - 30 * day)),
+    until: isoDay(new Date(seededAt.getTime() - 365 * day)),
+    prefix: (common?.word ?? 'the').slice(0, 1),
+    prefix_word: common?.word ?? 'the',
+    prefix_word_share: Math.round(((common?.ndoc ?? 0) / Math.max(1, n)) * 1000) / 1000,
+    negated: rare?.word ?? 'zzzz',
+    negated_share: Math.round(((rare?.ndoc ?? 0) / Math.max(1, n)) * 10000) / 10000,
+    sample: n,
+  }
+}
+
+async function makeFixture(tx: TransactionSql, options: SeedOptions, seconds: number, seededAt = new Date()): Promise<Fixture> {
   // Everything is picked by absolute properties, so a small and a large data set pick members,
   // projects and todos that render the same amount (the scale comparison relies on it): the
   // reader is the active public member whose todos_count is closest to 200.
@@ -734,7 +850,7 @@ async function makeFixture(tx: TransactionSql, options: SeedOptions, seconds: nu
     format: SEED_FORMAT,
     fixture_format: FIXTURE_FORMAT,
     options,
-    seeded_at: new Date().toISOString(),
+    seeded_at: seededAt.toISOString(),
     seconds,
     migrations,
     counts,
@@ -753,7 +869,14 @@ async function makeFixture(tx: TransactionSql, options: SeedOptions, seconds: nu
       query_matches: word?.ndoc ?? 0,
     },
     mention: { hashtag: project.hashtag, username: mentioned!.username },
+    lists: await listFilters(tx, seededAt),
   }
+}
+
+/** Bytes as GiB (MiB below one GiB), for printouts. */
+export function gib(bytes: number | undefined): string {
+  if (bytes === undefined) return 'unknown size'
+  return bytes >= 2 ** 30 ? `${(bytes / 2 ** 30).toFixed(1)} GiB` : `${Math.round(bytes / 2 ** 20)} MiB`
 }
 
 /** The fixture stored in a seeded database, or null (not seeded by this tool, or older data). */
@@ -771,8 +894,9 @@ export async function refreshFixture(sql: Sql, previous: Fixture): Promise<Fixtu
     for (const member of [previous.reader, previous.writer, ...previous.others, ...(previous.writers ?? []).slice(1), ...(previous.readers ?? []).slice(1)]) {
       await tx`delete from app.api_keys where key_hash = decode(${await sha256Hex(member.api_key)}, 'hex')`
     }
-    const made = await makeFixture(tx, previous.options, previous.seconds)
-    made.seeded_at = previous.seeded_at
+    const made = await makeFixture(tx, previous.options, previous.seconds, new Date(previous.seeded_at))
+    if (previous.steps) made.steps = previous.steps
+    if (previous.disk_bytes !== undefined) made.disk_bytes = previous.disk_bytes
     await tx`update seed.fixture set data = ${tx.json(made as never)} where id = 1`
     return made
   })
@@ -797,11 +921,32 @@ export class SeedError extends Error {}
  * Fills an empty, migrated database. `reset` first deletes every account (and so everything
  * else) and the previous fixture. Runs on one connection of `sql`.
  */
-export async function seedDatabase(sql: Sql, options: SeedOptions, progress: Progress, { reset = false } = {}): Promise<Fixture> {
+export async function seedDatabase(sql: Sql, options: SeedOptions, progress: Progress, { reset = false, chunk = CHUNK } = {}): Promise<Fixture> {
   if (!Number.isInteger(options.users) || options.users < 50) throw new SeedError('--users must be a whole number of at least 50')
   if (!Number.isInteger(options.todos) || options.todos < 100) throw new SeedError('--todos must be a whole number of at least 100')
   const started = performance.now()
   const anchor = new Date(Math.floor(Date.now() / 60_000) * 60_000)
+  // Seconds per step, for the record (a step that grows faster than the data shows here).
+  const steps: Record<string, number> = {}
+  let stepStarted = { label: '', at: started }
+  const endStep = () => {
+    if (stepStarted.label) steps[stepStarted.label] = Math.round((performance.now() - stepStarted.at) / 100) / 10
+  }
+  const outer = progress
+  progress = {
+    total: (weight) => outer.total(weight),
+    step: (label, weight) => {
+      endStep()
+      stepStarted = { label, at: performance.now() }
+      outer.step(label, weight)
+    },
+    update: (fraction) => outer.update(fraction),
+    done: () => {
+      endStep()
+      stepStarted = { label: '', at: performance.now() }
+      outer.done()
+    },
+  }
   // Steps' weights, plus faker, the fixture and vacuum (their weights below).
   progress.total(STEPS.reduce((sum, s) => sum + s.weight(options), 0) + 0.3 + 1.3 + options.todos / 900_000)
 
@@ -827,7 +972,7 @@ export async function seedDatabase(sql: Sql, options: SeedOptions, progress: Pro
     if (existing!.n > 0) {
       throw new SeedError(`the database already has ${existing!.n} users: pass --reset to delete every account first, or --database NAME to seed another database`)
     }
-    const ctx: Ctx = { tx, options, anchor, progress, vocab, indexes: [] }
+    const ctx: Ctx = { tx, options, anchor, progress, vocab, indexes: [], constraints: [], chunk }
     for (const step of STEPS) {
       progress.step(step.label, step.weight(options))
       await step.run(ctx)
@@ -853,8 +998,13 @@ export async function seedDatabase(sql: Sql, options: SeedOptions, progress: Pro
   for (const table of ['app.users', 'app.projects', 'app.project_makers', ...BULK_TABLES]) {
     await sql.unsafe(`vacuum (analyze) ${table}`)
   }
+  endStep()
+  stepStarted = { label: '', at: performance.now() }
   fixture.seconds = Math.round((performance.now() - started) / 100) / 10
-  await sql`update seed.fixture set data = jsonb_set(data, '{seconds}', to_jsonb(${fixture.seconds}::numeric)) where id = 1`
+  fixture.steps = steps
+  const [size] = await sql<{ bytes: string }[]>`select pg_database_size(current_database())::text as bytes`
+  fixture.disk_bytes = Number(size!.bytes)
+  await sql`update seed.fixture set data = data || ${sql.json({ seconds: fixture.seconds, steps, disk_bytes: fixture.disk_bytes } as never)} where id = 1`
   progress.done()
   return fixture
 }
