@@ -22,20 +22,20 @@ const uuidOf = (publicId: string) => publicId.replace(/^[a-z]+_/, '').replace(/^
 const todoId = (uuid: string) => `todo_${uuid.replace(/-/g, '')}`
 
 /** Every item of a list, page by page (100 a page), with the total_count of its first page. */
-async function walk(path: string, auth: string): Promise<{ ids: string[]; total: number }> {
+async function walk(path: string, auth: string, limit = 100): Promise<{ ids: string[]; total: number }> {
   const ids: string[] = []
   let total = -1
   let after: string | null = null
-  for (let pages = 0; pages < 100; pages++) {
+  for (let pages = 0; pages < 200; pages++) {
     const sep = path.includes('?') ? '&' : '?'
-    const res: HttpResult = await world.get(`${path}${sep}limit=100${after ? `&starting_after=${after}` : ''}`, { auth })
+    const res: HttpResult = await world.get(`${path}${sep}limit=${limit}${after ? `&starting_after=${after}` : ''}`, { auth })
     expect(res.status, `${path}: ${res.text}`).toBe(200)
     if (total < 0) total = res.body.total_count
     ids.push(...res.body.data.map((t: { id: string }) => t.id))
     if (!res.body.has_more) return { ids, total }
     after = res.body.after
   }
-  throw new Error(`${path}: more than 100 pages`)
+  throw new Error(`${path}: more than 200 pages`)
 }
 
 interface Filter {
@@ -204,5 +204,30 @@ describe('every list and its total_count equal a recount from the tables', () =>
     delete members.erin
     expect(await hoursDrift()).toEqual([])
     await checkEveryList(['alice'])
+  })
+})
+
+describe('the timeline with a full-text query', () => {
+  // It reads candidates by index (a page, then windows of time sized by the share that
+  // matched), then their words: a page may need several windows, the last read is everything
+  // left, and a cursor may fall anywhere in a window.
+  it('pages through windows of candidates exactly, for rare, common and negated words', async () => {
+    const alice = members.alice!
+    // 300 more todos of bob (followed) in sealed hours, three at each instant (so a window's
+    // edge or a cursor falls between todos of the same time): one in 50 holds the rare word.
+    await world.sql`
+      insert into app.todos (user_id, body, created_at)
+      select ${uuidOf(members.bob!.id)}::uuid,
+             case when n % 50 = 0 then 'polished the zeppelin' else 'shipped chore ' || n end,
+             date_trunc('second', now()) - interval '2 hours' - (n / 3) * interval '7 minutes'
+      from generate_series(1, 300) n`
+    await seal()
+    for (const [query, limit] of [['zeppelin', 1], ['zeppelin', 4], ['shipped', 7], ['-zeppelin', 25], ['chor', 100]] as const) {
+      const filter: Filter = { label: query, query: `query=${encodeURIComponent(query)}`, where: `t.search @@ app.todo_search_query('${query}')`, fullText: true }
+      const want = await expected('timeline', uuidOf(alice.id), null, filter)
+      const walked = await walk(`/v1/timeline?${filter.query}`, alice.api_key, limit)
+      expect(walked.ids, `${query} by ${limit}`).toEqual(want)
+      expect(walked.total, `${query} by ${limit}`).toBe(Math.min(want.length, QUERY_COUNT_CAP))
+    }
   })
 })

@@ -593,6 +593,15 @@ declare
   list_conditions text;
   candidates uuid[];
   page uuid[];
+  -- The timeline with a full-text query (see below): conditions without the words, the
+  -- cursor of the reads, the window of time of the next one, candidates read so far.
+  index_conditions text;
+  after_at timestamptz;
+  after_id uuid;
+  first_at timestamptz;
+  window_start timestamptz;
+  span interval;
+  read_count integer := 0;
   anchor_at integer;
   total bigint;
   has_more boolean;
@@ -615,6 +624,7 @@ begin
   if until_at is not null then
     conditions := conditions || (case when until_exclusive then 't.created_at < $3' else 't.created_at <= $3' end);
   end if;
+  index_conditions := array_to_string(conditions, ' and ');
   if matching is not null then conditions := conditions || 't.search @@ $4'::text; end if;
 
   page_conditions := array_to_string(conditions || case when anchor.id is not null then '(t.created_at, t.id) < ($5, $6)' end, ' and ');
@@ -635,7 +645,58 @@ begin
     end if;
     page := candidates[1:page_limit + 1];
   else
-    if scope = 'timeline' then
+    if scope = 'timeline' and matching is not null then
+      -- Full text on the timeline: a todo's words are not in the sources' indexes, so a merge
+      -- of sources that each read their own todos until a page matches reads every followed
+      -- todo when the words are common or negated (the planner cannot know how many match:
+      -- 18,000 rows for one page at 1M, issue 26). Instead, candidates are found by index alone
+      -- (app.timeline_sources without the words) and only their words are read, newest first,
+      -- until a page and one match:
+      --   - first the sources' newest page and one, merged as the unfiltered timeline is;
+      --   - then windows of time read whole from every source (index range scans, no limit per
+      --     source: they read only the todos in the window), each as long as the candidates
+      --     read so far say holds twice the matches still wanted, and at least four times the last;
+      --   - once a window would reach before 1970, the rest of the sources in one last read.
+      -- So a page reads about twice a page / the share of todos that match, whatever the
+      -- sources hold, in a few statements; a rare word reads what the followed sources hold.
+      page := '{}';
+      after_at := anchor.created_at;
+      after_id := anchor.id;
+      loop
+        execute format('select array(select s.id from (%s) s order by s.created_at desc, s.id desc%s)',
+                       app.timeline_sources(
+                         index_conditions
+                           || case when after_id is not null then ' and (t.created_at, t.id) < ($5, $6)' else '' end
+                           || case when window_start is not null then ' and t.created_at >= $8' else '' end,
+                         case when span is null then page_limit + 1 else 2147483647 end),
+                       case when span is null then format(' limit %s', page_limit + 1) else '' end)
+          into candidates using scope_id, since_at, until_at, matching, after_at, after_id, viewer_id, window_start;
+        page := page || array(
+          select t.id from app.todos t
+          where t.id = any (candidates) and t.search @@ matching
+          order by t.created_at desc, t.id desc
+          limit page_limit + 1 - cardinality(page));
+        -- Done: a page and one, the first read found fewer than it asked, or the last read.
+        exit when cardinality(page) > page_limit
+          or (span is null and cardinality(candidates) <= page_limit)
+          or (span is not null and window_start is null);
+        read_count := read_count + cardinality(candidates);
+        if span is null then
+          -- After the first read the cursor is its last candidate; later ones start where their window did.
+          select t.created_at, t.id into after_at, after_id from app.todos t where t.id = candidates[cardinality(candidates)];
+          first_at := coalesce(anchor.created_at, (select t.created_at from app.todos t where t.id = candidates[1]));
+          span := interval '0';
+        else
+          after_at := window_start;
+          after_id := '00000000-0000-0000-0000-000000000000';
+        end if;
+        span := greatest(
+          interval '1 minute',
+          span * 4,
+          (first_at - after_at) / read_count * 2 * (page_limit + 1 - cardinality(page)) * (read_count + 1) / (cardinality(page) + 1));
+        window_start := case when span < after_at - timestamptz '1970-01-01 00:00:00+00' then after_at - span end;
+      end loop;
+    elsif scope = 'timeline' then
       -- A merge of the sources' own newest todos (app.timeline_sources), never a walk over
       -- everyone's todos until enough are the followed ones'.
       execute format('select array(select s.id from (%s) s order by s.created_at desc, s.id desc limit %s)',
@@ -698,7 +759,7 @@ begin
 end;
 $$;
 comment on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) is
-  'One page of todos visible to the viewer, newest first, rendered by app.todos_json: scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects'': a merge of each source''s own newest todos); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count (issue 26): unfiltered, from counters (users.todos_count, app.visible_todos_total, app.timeline_todos_between); with since/until, all from sealed hours (app.visible_todos_between), timeline per source, a member''s or project''s list counted; with a full-text query, matches counted up to 500. match_cap (search) limits the whole result to the newest matches. Every part costs the same whatever the number of todos and members: index walks of a page, sums over hours, counts bounded by one member''s, one project''s or the followed sources'' todos, or by the cap.';
+  'One page of todos visible to the viewer, newest first, rendered by app.todos_json: scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects'': a merge of each source''s own newest todos; with a full-text query, candidates merged by index, first a page and then windows of time sized by the share that matched, whose words are read newest first); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count (issue 26): unfiltered, from counters (users.todos_count, app.visible_todos_total, app.timeline_todos_between); with since/until, all from sealed hours (app.visible_todos_between), timeline per source, a member''s or project''s list counted; with a full-text query, matches counted up to 500. match_cap (search) limits the whole result to the newest matches. Every part costs the same whatever the number of todos and members: index walks of a page, sums over hours, counts bounded by one member''s, one project''s or the followed sources'' todos, or by the cap.';
 grant execute on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) to authenticated;
 
 create function app.comment_json(c app.comments)
