@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type CreatedUser, type HttpResult, type TestWorld, startWorld } from './support/app.ts'
 
 /** The cap of full-text totals (app.todo_page's query_count_cap). */
-const QUERY_COUNT_CAP = 500
+const QUERY_COUNT_CAP = 100
 
 let world: TestWorld
 const members: Record<string, CreatedUser> = {}

@@ -96,8 +96,8 @@ export function pageArgs(query: PaginationArgs): [number, string | null] {
 /** What total_count means on the todo lists (issue 26): exact, except a full-text count. */
 export const TODO_TOTAL_COUNT_DESCRIPTION =
   'How many todos the whole list holds (not just this page), as you may see them. Exact, except with `query`: '
-  + 'then matches are counted up to 500, so 500 means 500 or more (keep paging with `after` for the rest; '
-  + '/v1/search/todos returns at most the newest 100 matches, and counts those). Unfiltered and with `since`/`until` '
+  + 'then matches are counted up to 100, so 100 means 100 or more (keep paging with `after` for the rest; '
+  + '/v1/search/todos returns the newest 100 matches at most, and counts those). Unfiltered and with `since`/`until` '
   + 'the count is kept as todos are written, so it costs the same whatever the number of todos.'
 
 export function paginated<T extends z.ZodTypeAny>(item: T, name: string, totalCount?: string) {

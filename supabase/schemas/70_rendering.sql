@@ -577,10 +577,11 @@ as $$
 declare
   -- With a full-text query, total_count counts matches up to this many (issue 26): an exact
   -- count of a common word grows with every todo that holds it, and even a capped one reads a
-  -- todo's words from its row (a timeline's sources' rows lie far apart: 1,000 matches of a
-  -- common prefix read about 2,700 rows, 30-50 ms). Documented in the OpenAPI description of
-  -- total_count and in the README.
-  query_count_cap constant integer := 500;
+  -- todo's words from its row, one row per match or more (a timeline's sources' rows lie far
+  -- apart: 500 matches of a common prefix read 1,500 rows, 2-4 ms, as much as the page). 100,
+  -- as many as /v1/search/todos returns. Documented in the OpenAPI description of total_count
+  -- and in the README.
+  query_count_cap constant integer := 100;
   viewer_id uuid := (select auth.uid());
   zone text := coalesce((select u.time_zone from app.users u where u.id = (select auth.uid())), 'UTC');
   since_at timestamptz := app.filter_moment(filters -> 'since', zone);
@@ -759,7 +760,7 @@ begin
 end;
 $$;
 comment on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) is
-  'One page of todos visible to the viewer, newest first, rendered by app.todos_json: scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects'': a merge of each source''s own newest todos; with a full-text query, candidates merged by index, first a page and then windows of time sized by the share that matched, whose words are read newest first); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count (issue 26): unfiltered, from counters (users.todos_count, app.visible_todos_total, app.timeline_todos_between); with since/until, all from sealed hours (app.visible_todos_between), timeline per source, a member''s or project''s list counted; with a full-text query, matches counted up to 500. match_cap (search) limits the whole result to the newest matches. Every part costs the same whatever the number of todos and members: index walks of a page, sums over hours, counts bounded by one member''s, one project''s or the followed sources'' todos, or by the cap.';
+  'One page of todos visible to the viewer, newest first, rendered by app.todos_json: scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects'': a merge of each source''s own newest todos; with a full-text query, candidates merged by index, first a page and then windows of time sized by the share that matched, whose words are read newest first); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count (issue 26): unfiltered, from counters (users.todos_count, app.visible_todos_total, app.timeline_todos_between); with since/until, all from sealed hours (app.visible_todos_between), timeline per source, a member''s or project''s list counted; with a full-text query, matches counted up to 100. match_cap (search) limits the whole result to the newest matches. Every part costs the same whatever the number of todos and members: index walks of a page, sums over hours, counts bounded by one member''s, one project''s or the followed sources'' todos, or by the cap.';
 grant execute on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) to authenticated;
 
 create function app.comment_json(c app.comments)
