@@ -70,7 +70,7 @@ import { progressBar } from './bench/progress.ts'
 import { type FairnessBench, FAIRNESS_TARGET, measureFairness } from './bench/fairness.ts'
 import type { AdmissionLimits } from '../functions/lib/admission.ts'
 import { type BenchKey, FIXTURE_FORMAT, gib, readFixture, refreshFixture, seedDatabase, writeFixtureFile, type Fixture, type SeedOptions } from './bench/seed-data.ts'
-import { SMALL_TODOS, deriveSubset, isSubsetOf } from './bench/subset.ts'
+import { SMALL_TODOS, deriveSubset, isSubsetOf, todoIds } from './bench/subset.ts'
 import { type WriteCost, WRITE_COST_GOAL, measureWriteCost } from './bench/write-cost.ts'
 import {
   findOnPath, functionSignature, graphqlBody, graphqlCall, graphqlResult, postgrestToken, rpcBody, startPostgrest,
@@ -430,8 +430,7 @@ async function settle(admin: Sql): Promise<void> {
  * answer the large one's (only counts such as total_count and todos_count differ).
  */
 function pageOf(value: unknown): string {
-  const json = JSON.stringify(value)
-  const todos = [...json.matchAll(/"(todo_[0-9a-f]{32})"/g)].map((m) => m[1])
+  const todos = todoIds(JSON.stringify(value))
   return JSON.stringify({ todos, has_more: (value as { has_more?: unknown }).has_more ?? null })
 }
 

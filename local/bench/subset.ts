@@ -43,7 +43,7 @@ export interface SubsetInfo {
 }
 
 /** Every todo id in an API answer (items, the todo itself, what reactions point at). */
-function todoIds(json: string): string[] {
+export function todoIds(json: string): string[] {
   return [...json.matchAll(/"(todo_[0-9a-f]{32})"/g)].map((m) => m[1]!)
 }
 
