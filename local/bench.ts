@@ -48,6 +48,9 @@
 //   --admission off       the API without its fair queue (every request straight to the pool),
 //                         to measure what the queue changes; default on
 //   --reseed              seed again even when the data set is up to date
+//   --scale-rounds N      pairs of large and small API runs per read endpoint (default 1); the
+//                         scale ratio is the median of the pairs' own ratios: one 10 s pair
+//                         carries about ±30% on a shared 2-core machine (docs/performance.md)
 //   --shared-buffers SIZE shared_buffers of the embedded server when the bench starts it (default
 //                         2GB, a quarter of a 2-core, 8 GB database server; not applied to a
 //                         server already running or to DATABASE_URL: the header says what it was)
@@ -122,6 +125,8 @@ interface Options {
   admission: boolean
   /** shared_buffers of the embedded server when the bench starts it. */
   sharedBuffers: string
+  /** Pairs of large and small API runs per read endpoint; the scale ratio is their median. */
+  scaleRounds: number
 }
 
 /**
@@ -146,7 +151,7 @@ function parseOptions(argv: string[]): Options {
       fairness: { type: 'boolean' }, admission: { type: 'string' },
       reseed: { type: 'boolean' }, profile: { type: 'boolean' },
       single: { type: 'boolean' }, 'skip-single': { type: 'boolean' }, 'write-cost': { type: 'string' },
-      'shared-buffers': { type: 'string' },
+      'shared-buffers': { type: 'string' }, 'scale-rounds': { type: 'string' },
     },
     strict: true,
   })
@@ -187,6 +192,7 @@ function parseOptions(argv: string[]): Options {
     fairnessOnly: Boolean(values.fairness),
     admission: admissionOption(values.admission),
     sharedBuffers: sharedBuffersOption(values['shared-buffers']),
+    scaleRounds: Math.round(num('scale-rounds', values['scale-rounds'], 1, 1)),
   }
 }
 
@@ -511,6 +517,8 @@ interface Result extends Measurement {
   endpoint: string
   target: TargetName
   dataset: Dataset['label']
+  /** Scale rounds after the first (--scale-rounds): 1, 2…; absent for the first. */
+  round?: number
 }
 
 async function measure(bench: Bench, endpoint: Endpoint, target: TargetName, options: Options): Promise<Measurement> {
@@ -620,6 +628,11 @@ function printWriteCost(w: WriteCost, load: number, dataset: Dataset): void {
 
 const fmt = (v: number | null, digits = 1) => (v === null ? '—' : v.toFixed(digits))
 const ratio = (a: number | null | undefined, b: number | null | undefined) => (a == null || b == null || b === 0 ? null : Math.round((a / b) * 100) / 100)
+/** The median of the known values (the lower middle of an even count), null when none is. */
+const median = (values: (number | null)[]) => {
+  const known = values.filter((v): v is number => v !== null).sort((a, b) => a - b)
+  return known.length === 0 ? null : known[Math.floor((known.length - 1) / 2)]!
+}
 
 interface Ratios {
   endpoint: string
@@ -630,7 +643,10 @@ interface Ratios {
   api_p99: number | null
   p50_small: number | null
   p50_large: number | null
+  /** p50 large / small: with --scale-rounds, the median of the rounds' own ratios. */
   scale_p50: number | null
+  /** Each round's p50 large / small, when there was more than one. */
+  scale_rounds?: (number | null)[]
   /** The scale goal for this large size: 1.3 at 1M, 1.5 at 10M (issue 26). */
   scale_goal: number
   goals: Record<'vs_limit' | 'vs_postgraphile' | 'p99' | 'scale', boolean | null>
@@ -638,10 +654,16 @@ interface Ratios {
 
 function ratiosOf(results: Result[], endpoints: Endpoint[], largeTodos: number): Ratios[] {
   const goalScale = scaleGoal(largeTodos)
-  const get = (e: string, t: TargetName, d: Dataset['label'] = 'large') => results.find((r) => r.endpoint === e && r.target === t && r.dataset === d)
+  const get = (e: string, t: TargetName, d: Dataset['label'] = 'large', round?: number) =>
+    results.find((r) => r.endpoint === e && r.target === t && r.dataset === d && r.round === round)
   return endpoints.map((e) => {
     const api = get(e.name, 'api')
     const small = get(e.name, 'api', 'small')
+    // Every pair of large and small runs gives its own ratio; the median of them is the figure.
+    const rounds = [ratio(api?.p50, small?.p50)]
+    for (let round = 1; get(e.name, 'api', 'small', round); round++) {
+      rounds.push(ratio(get(e.name, 'api', 'large', round)?.p50, get(e.name, 'api', 'small', round)?.p50))
+    }
     const r: Ratios = {
       endpoint: e.name,
       read: e.read,
@@ -651,7 +673,8 @@ function ratiosOf(results: Result[], endpoints: Endpoint[], largeTodos: number):
       api_p99: api?.p99 ?? null,
       p50_small: small?.p50 ?? null,
       p50_large: api?.p50 ?? null,
-      scale_p50: ratio(api?.p50, small?.p50),
+      scale_p50: median(rounds),
+      ...(rounds.length > 1 ? { scale_rounds: rounds } : {}),
       scale_goal: goalScale,
       goals: { vs_limit: null, vs_postgraphile: null, p99: null, scale: null },
     }
@@ -675,12 +698,12 @@ function printReport(out: NodeJS.WriteStream, results: Result[], ratios: Ratios[
   if (postgrestNote) w(postgrestNote)
   w('')
   const name = Math.max(...results.map((r) => r.endpoint.length), 8) + 2
-  w(`${'endpoint'.padEnd(name)}${'target'.padEnd(16)}${'data'.padEnd(7)}${'req/s'.padStart(9)}${'p50 ms'.padStart(9)}${'p99 ms'.padStart(9)}${'errors'.padStart(8)}`)
+  w(`${'endpoint'.padEnd(name)}${'target'.padEnd(16)}${'data'.padEnd(10)}${'req/s'.padStart(9)}${'p50 ms'.padStart(9)}${'p99 ms'.padStart(9)}${'errors'.padStart(8)}`)
   let previous = ''
   for (const r of results) {
     const label = r.endpoint === previous ? '' : r.endpoint
     previous = r.endpoint
-    w(`${label.padEnd(name)}${TARGET_LABEL[r.target].padEnd(16)}${r.dataset.padEnd(7)}${fmt(r.rps).padStart(9)}${fmt(r.p50, 2).padStart(9)}${fmt(r.p99, 2).padStart(9)}${String(r.errors).padStart(8)}`)
+    w(`${label.padEnd(name)}${TARGET_LABEL[r.target].padEnd(16)}${(r.dataset + (r.round ? ` #${r.round + 1}` : '')).padEnd(10)}${fmt(r.rps).padStart(9)}${fmt(r.p50, 2).padStart(9)}${fmt(r.p99, 2).padStart(9)}${String(r.errors).padStart(8)}`)
   }
   w('')
   const mark = (ok: boolean | null) => (ok === null ? ' ' : ok ? '✓' : '✗')
@@ -691,7 +714,8 @@ function printReport(out: NodeJS.WriteStream, results: Result[], ratios: Ratios[
     const cell = (v: number | null, ok: boolean | null, width: number, digits = 2) => `${fmt(v, digits)} ${mark(ok)}`.padStart(width)
     w(`${r.endpoint.padEnd(name)}${cell(r.api_vs_limit, r.goals.vs_limit, 11)}${cell(r.api_vs_postgraphile, r.goals.vs_postgraphile, 11)}` +
       `${fmt(r.api_vs_postgrest, 2).padStart(9)}  ${cell(r.api_p99, r.goals.p99, 10, 1)}${fmt(r.p50_small, 2).padStart(11)}` +
-      `${fmt(r.p50_large, 2).padStart(11)}${cell(r.scale_p50, r.goals.scale, 9)}`)
+      `${fmt(r.p50_large, 2).padStart(11)}${cell(r.scale_p50, r.goals.scale, 9)}` +
+      (r.scale_rounds ? `  (median of ${r.scale_rounds.map((v) => fmt(v, 2)).join(', ')})` : ''))
   }
   const stuck = results.filter((r) => r.ok === 0).map((r) => `${r.endpoint} · ${TARGET_LABEL[r.target]} · ${r.dataset}`)
   if (stuck.length > 0) {
@@ -882,7 +906,7 @@ async function main(): Promise<number> {
 
     if (load > 1) log(`Warning: the machine is busy (load average ${load.toFixed(1)} on ${cpus().length} cores): every figure will be lower and noisier.`)
     const reads = endpoints.filter((e) => e.read).length
-    const runs = endpoints.length * targets.length + (small ? reads : 0)
+    const runs = endpoints.length * targets.length + (small ? reads * (2 * options.scaleRounds - 1) : 0)
     const singleRuns = options.skipSingle ? 0 : reads * (Math.min(options.warmup, 2) + singleSeconds(options))
     log(`Measuring ${runs} runs of ${options.warmup}+${options.duration}s at ${options.connections} connections` +
       `${options.skipSingle ? '' : ` and ${reads} of ${singleSeconds(options)}s at one`} (about ${Math.ceil((runs * (options.warmup + options.duration + 1) + singleRuns) / 60)} min).`)
@@ -893,9 +917,9 @@ async function main(): Promise<number> {
     log('Checked: every target gives the same answer to every read endpoint, and every write succeeds.')
 
     const results: Result[] = []
-    const record = (endpoint: Endpoint, target: TargetName, dataset: Dataset['label'], m: Measurement) => {
-      results.push({ endpoint: endpoint.name, target, dataset, ...m })
-      log(`  ${endpoint.name} · ${TARGET_LABEL[target]} · ${dataset}: ${fmt(m.rps)} req/s, p50 ${fmt(m.p50, 2)} ms, p99 ${fmt(m.p99, 2)} ms, ${m.errors} errors`)
+    const record = (endpoint: Endpoint, target: TargetName, dataset: Dataset['label'], m: Measurement, round?: number) => {
+      results.push({ endpoint: endpoint.name, target, dataset, ...m, ...(round ? { round } : {}) })
+      log(`  ${endpoint.name} · ${TARGET_LABEL[target]} · ${dataset}${round ? ` (scale round ${round + 1})` : ''}: ${fmt(m.rps)} req/s, p50 ${fmt(m.p50, 2)} ms, p99 ${fmt(m.p99, 2)} ms, ${m.errors} errors`)
     }
     // The small data set's API is up beside the large one's, and each read endpoint runs on it
     // right after the large runs: the scale ratio then compares runs a minute apart, not a
@@ -909,7 +933,14 @@ async function main(): Promise<number> {
     }
     for (const endpoint of endpoints) {
       for (const target of targets) record(endpoint, target, 'large', await measure(bench, endpoint, target, options))
-      if (smallBench && endpoint.read) record(endpoint, 'api', 'small', await measure(smallBench, endpoint, 'api', options))
+      if (smallBench && endpoint.read) {
+        record(endpoint, 'api', 'small', await measure(smallBench, endpoint, 'api', options))
+        // More pairs of the API on both data sets, each large run right before its small one.
+        for (let round = 1; round < options.scaleRounds; round++) {
+          record(endpoint, 'api', 'large', await measure(bench, endpoint, 'api', options), round)
+          record(endpoint, 'api', 'small', await measure(smallBench, endpoint, 'api', options), round)
+        }
+      }
     }
     if (endpoints.some((e) => !e.read)) await bench.admin.unsafe('vacuum (analyze) app.todos, app.reactions, app.users')
     // One request at a time, on the large data set (issue 26: no list above 50 ms p50 at 10M).
