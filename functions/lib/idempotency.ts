@@ -76,9 +76,8 @@ const KEY_ERRORS: Record<string, string> = {
  * Adds the Idempotency-Key header to every POST, PATCH and DELETE of /v1 in the generated
  * document (one parameter component, referenced), `Idempotent-Replayed` to their successful
  * answers, and the 400, 409 and 422 a key may cause to their answers (added, or named beside
- * the operation's own). Done
- * on the document rather than in every route's schema: every such route takes the key, by the
- * same code (callFor), so one place says so.
+ * the operation's own). Done on the document rather than in every route's schema: every such
+ * route takes the key, by the same code (callFor), so one place says so.
  */
 export function documentIdempotencyKeys<T extends object>(generated: T): T {
   const document = generated as OpenApiDocument
