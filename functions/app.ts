@@ -29,6 +29,7 @@ import { compression, conditionalGet } from './lib/encoding.ts'
 import { observe } from './lib/observe.ts'
 import { Admission, admissionLimitsFor } from './lib/admission.ts'
 import { poolSizeOf } from './lib/sql.ts'
+import { documentIdempotencyKeys } from './lib/idempotency.ts'
 import { images } from './web/images.ts'
 import { docs, web } from './web/pages.ts'
 import { notifications } from './notifications/notifications.ts'
@@ -118,7 +119,8 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
   documentOAuth(app)
   app.route('/', notifications)
 
-  app.doc31('/v1/openapi.json', {
+  // The document of the routes above, with the Idempotency-Key every POST, PATCH and DELETE takes.
+  const documentConfig = {
     openapi: '3.1.0',
     info: {
       title: 'Todo-Sharing Service API',
@@ -126,10 +128,13 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
       description: 'Completed todos, projects, comments, reactions, following, webhooks, notifications and direct messages.\n\n'
         + 'Polling: every successful GET carries a weak `ETag`; send it back as `If-None-Match` and an unchanged answer is `304` with no body. '
         + 'Answers of 1 KiB or more are compressed (gzip, or br where the server has it) when `Accept-Encoding` asks. '
-        + 'CORS is open to every origin for bearer tokens (no cookies). Every answer has an `X-Request-Id` (yours, when you send a sane one).',
+        + 'CORS is open to every origin for bearer tokens (no cookies). Every answer has an `X-Request-Id` (yours, when you send a sane one).\n\n'
+        + 'Safe retries: send an `Idempotency-Key` with a POST, PATCH or DELETE, and a retry with the same key within 24 hours gets the first answer '
+        + '(`Idempotent-Replayed: true`) instead of running again.',
     },
     servers: [{ url: deps.publicUrl + basePath }],
-  })
+  }
+  app.get('/v1/openapi.json', (c) => c.json(documentIdempotencyKeys(app.getOpenAPI31Document(documentConfig))))
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', {
     type: 'http',
     scheme: 'bearer',

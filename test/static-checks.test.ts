@@ -135,7 +135,7 @@ const SOURCE_DIRS = ['functions', 'local', 'supabase/functions']
 const ALLOWED_DYNAMIC_SQL: { file: string; text: string; why: string }[] = [
   // The request path: function names come from the route table in code, checked against a pattern
   // before use; every value is a $n parameter.
-  { file: 'functions/lib/db.ts', text: 'statementFor(fn, args.length)', why: 'api.* name from a route (checked /^api\\.[a-z_]+$/), values as $n parameters, prepared' },
+  { file: 'functions/lib/db.ts', text: 'statementFor(fn, args.length, Boolean(idempotency))', why: 'api.* name from a route (checked /^api\\.[a-z_]+$/), values (an Idempotency-Key too) as $n parameters, prepared' },
   { file: 'functions/oauth/oauth.ts', text: '`select ${fn}(${params}) as result`', why: 'app.oauth_* name from code (checked /^app\\.oauth_[a-z_]+$/), $n placeholders only' },
   { file: 'local/admin-commands.ts', text: '`select ${fn}(${params}) as body`', why: 'api.* name from the CLI\'s command table (checked), $n placeholders only' },
   // Local tooling: migrations and schema files are the project's own SQL files, read from disk.

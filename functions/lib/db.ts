@@ -10,7 +10,13 @@
 //      PostgREST and Supabase Realtime do, so auth.uid() and every RLS policy apply.
 //   4. the endpoint's api function runs and returns the response body as JSON text, and the
 //      statement returns the member's id beside it (the admission queue keys API keys by it).
-// Both CTEs are materialized, so they run before the outer target list calls the function.
+// A request sent with an Idempotency-Key (functions/lib/idempotency.ts) has one step more on
+// each side of 4, in the same statement and so in the same transaction as its write:
+//   `claim` app.idempotency_claim takes the key's lock (409 while a request with it runs) and
+//           finds a stored answer (422 when it was for another request);
+//   then either that answer comes back (`replayed`) and the api function is never called, or
+//   the function runs and app.idempotency_record stores its answer under the key.
+// The CTEs are materialized, so they run before the outer target list calls the function.
 // api functions are never inlinable (plpgsql, or `set search_path`), so their queries are
 // planned after the role switch, under RLS.
 import type { Sql } from 'postgres'
@@ -32,16 +38,19 @@ export interface CallContext {
 }
 
 const FIXED_PARAMS = 4
+/** The key and the request's fingerprint ($5, $6) of a keyed statement, before the api function's arguments. */
+const KEY_PARAMS = 2
 const statements = new Map<string, string>()
 
-/** The statement text for an api function with `argc` arguments, built once and prepared. */
-function statementFor(fn: string, argc: number): string {
-  const key = `${fn}/${argc}`
+/** The statement text for an api function with `argc` arguments, with or without an idempotency key, built once and prepared. */
+function statementFor(fn: string, argc: number, keyed: boolean): string {
+  const key = `${fn}/${argc}/${keyed}`
   let text = statements.get(key)
   if (!text) {
     if (!/^api\.[a-z_]+$/.test(fn)) throw new Error(`not an api function: ${fn}`)
-    const args = Array.from({ length: argc }, (_, i) => `$${i + 1 + FIXED_PARAMS}`).join(', ')
-    text = `with auth as materialized (
+    const first = FIXED_PARAMS + (keyed ? KEY_PARAMS : 0)
+    const args = Array.from({ length: argc }, (_, i) => `$${i + 1 + first}`).join(', ')
+    const prelude = `with auth as materialized (
   select app.authenticate($1::jsonb, $2::text) as claims
 ), admitted as materialized (
   select app.admit_request((auth.claims ->> 'sub')::uuid) as slot from auth
@@ -52,7 +61,17 @@ function statementFor(fn: string, argc: number): string {
          set_config('app.web_url', $4::text, true) as web_url,
          auth.claims ->> 'sub' as member
   from auth, admitted
+)`
+    text = keyed
+      // CASE evaluates its branch only when taken: a replay never calls the api function.
+      ? `${prelude}, claim as materialized (
+  select app.idempotency_claim($5::text, $6::text) as stored from ctx
 )
+select case when claim.stored is null then app.idempotency_record($5::text, $6::text, ${fn}(${args})::text)
+            else claim.stored ->> 'response' end as body,
+       claim.stored is not null as replayed, ctx.member
+from ctx, claim`
+      : `${prelude}
 select ${fn}(${args})::text as body, ctx.member from ctx`
     statements.set(key, text)
   }
@@ -66,6 +85,14 @@ export const NO_RESULT_ROW = 'NO_RESULT_ROW'
 export interface ApiResult {
   body: string | null
   member: string
+  /** The answer was stored under the request's Idempotency-Key, and the function did not run again. */
+  replayed: boolean
+}
+
+/** A request's Idempotency-Key and the fingerprint of the request it is bound to (functions/lib/idempotency.ts). */
+export interface IdempotencyKey {
+  key: string
+  requestHash: string
 }
 
 /** Runs one api function for one request; resolves to the JSON text it returned (or null). */
@@ -73,17 +100,22 @@ export async function callApi(sql: Sql, context: CallContext, fn: string, args: 
   return (await callApiAs(sql, context, fn, args)).body
 }
 
-/** callApi, also telling whose request it was (the fair queue learns a credential's member from it). */
-export async function callApiAs(sql: Sql, context: CallContext, fn: string, args: unknown[]): Promise<ApiResult> {
+/**
+ * callApi, also telling whose request it was (the fair queue learns a credential's member from
+ * it) and whether the answer is a stored one, replayed for `idempotency`'s key.
+ */
+export async function callApiAs(sql: Sql, context: CallContext, fn: string, args: unknown[], idempotency?: IdempotencyKey | null): Promise<ApiResult> {
   // jsonb parameters take JS objects: postgres.js serializes by the type the server describes.
-  const params = [context.credential, context.access, context.publicUrl, context.webUrl ?? context.publicUrl, ...args]
+  const params = [context.credential, context.access, context.publicUrl, context.webUrl ?? context.publicUrl,
+    ...(idempotency ? [idempotency.key, idempotency.requestHash] : []), ...args]
   // postgres.js sends JS strings and numbers as "unknown", so the function signature types them.
-  const rows = await sql.unsafe(statementFor(fn, args.length), params as never[], { prepare: true })
+  const rows = await sql.unsafe(statementFor(fn, args.length, Boolean(idempotency)), params as never[], { prepare: true })
   // The statement always yields exactly one row (its body may be null). None means postgres.js
   // lost the connection under it and resolved the query empty (seen while PostgreSQL shut down,
   // test/faults.test.ts): answered as a lost database, not as a success with a null body.
   if (rows.length !== 1) throw Object.assign(new Error(`${fn} answered ${rows.length} rows instead of one`), { code: NO_RESULT_ROW })
-  return { body: (rows[0]!.body as string | null | undefined) ?? null, member: rows[0]!.member as string }
+  const row = rows[0]!
+  return { body: (row.body as string | null | undefined) ?? null, member: row.member as string, replayed: row.replayed === true }
 }
 
 /**

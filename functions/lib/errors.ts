@@ -57,12 +57,15 @@ const SQLSTATE_STATUS: Record<string, [number, string]> = {
  * shutdown, cannot connect now), 53300 (too many connections). postgres.js's side: the socket's
  * errors and its own CONNECTION_* codes (src/errors.js).
  *
- * Two kinds, because a retry is safe only for one (there are no idempotency keys: a POST sent
- * twice makes two todos). Not applied: no connection was made, or PostgreSQL ended the session
- * itself, rolling back what was under way (it answers a COMMIT before it acts on a shutdown), or
- * postgres.js never sent the statement. Outcome unknown: the connection broke while a statement
- * (perhaps a COMMIT) was under way, so the write may have been committed with only its answer
- * lost; that answer says so and carries no Retry-After.
+ * Two kinds, because a blind retry is safe only for one (a POST sent twice without an
+ * Idempotency-Key makes two todos). Not applied: no connection was made, or PostgreSQL ended the
+ * session itself, rolling back what was under way (it answers a COMMIT before it acts on a
+ * shutdown), or postgres.js never sent the statement. Outcome unknown: the connection broke while
+ * a statement (perhaps a COMMIT) was under way, so the write may have been committed with only
+ * its answer lost; that answer says so, carries no Retry-After, and tells the client to send the
+ * request again with its Idempotency-Key (the key commits with the write, so the retry is
+ * answered with the first answer if it took effect, and runs once if it did not:
+ * functions/lib/idempotency.ts).
  */
 const NOT_APPLIED_SQLSTATE = /^(08001|08004|57P0[123]|53300)$/
 const OUTCOME_UNKNOWN_SQLSTATE = /^08...$/
@@ -74,7 +77,8 @@ const NOT_APPLIED_SOCKET_CODES = new Set([
 const OUTCOME_UNKNOWN_SOCKET_CODES = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', NO_RESULT_ROW])
 const UNAVAILABLE_MESSAGE = 'The database is unavailable right now; try again shortly.'
 const OUTCOME_UNKNOWN_MESSAGE =
-  'The connection to the database broke while the request ran: it may or may not have taken effect. Check before sending it again.'
+  'The connection to the database broke while the request ran: it may or may not have taken effect. If you sent an Idempotency-Key, send the request again '
+  + 'with the same key: you get its answer if it took effect, and it runs once if it did not. Without a key, check before sending it again.'
 
 function databaseFailure(err: unknown): 'not-applied' | 'outcome-unknown' | null {
   if (typeof err !== 'object' || err === null) return null

@@ -3,7 +3,8 @@
 // crash), deletes the files the database queued (app.file_deletions), and measures images whose
 // dimensions are unknown (in production Storage receives the PUT, so nothing measured them).
 // Beside the files, it seals the hours of todos that are over (app.seal_todo_hours), so the
-// date filters of GET /v1/todos count from sums of hours (issue 26).
+// date filters of GET /v1/todos count from sums of hours (issue 26), and forgets the stored
+// answers of idempotency keys once their 24 hours are over (issue 29).
 // `npm start` runs it every minute; on Supabase, pg_cron calls POST /internal/maintenance.
 import { imageSize } from 'image-size'
 import type { Sql } from 'postgres'
@@ -19,9 +20,13 @@ export interface MaintenanceResult {
   removedPartials: number
   /** Hours of todos counted into app.todo_hours. */
   sealedHours: number
+  /** Stored answers of Idempotency-Keys older than 24 hours, deleted (app.forget_idempotency_keys). */
+  forgottenIdempotencyKeys: number
 }
 
 const BATCH = 100
+/** Expired idempotency keys deleted per statement. */
+const FORGET_BATCH = 10_000
 /** Enough of the file for the header of any image type image-size reads, EXIF included. */
 const IMAGE_HEAD_BYTES = 512 * 1024
 
@@ -29,6 +34,16 @@ export async function runStorageMaintenance(sql: Sql, storage: FileStorage, stal
   const [stale] = await sql`select app.remove_stale_uploads(${staleAfter}::interval) as removed`
   const [sealed] = await sql`select app.seal_todo_hours() as hours`
   const removedPartials = (await storage.sweepIncomplete?.()) ?? 0
+
+  // In batches, each its own short statement, until a batch comes back short: a day of keyed
+  // requests goes in a few index-ordered deletes, never one long transaction.
+  let forgottenIdempotencyKeys = 0
+  for (;;) {
+    const [forgotten] = await sql`select app.forget_idempotency_keys(${FORGET_BATCH}) as n`
+    const n = Number(forgotten?.n ?? 0)
+    forgottenIdempotencyKeys += n
+    if (n < FORGET_BATCH) break
+  }
 
   let deletedFiles = 0
   for (;;) {
@@ -66,5 +81,5 @@ export async function runStorageMaintenance(sql: Sql, storage: FileStorage, stal
     await sql`select app.record_image_size(${key as string}, ${width}, ${height})`
     measuredImages++
   }
-  return { removedUploads: Number(stale?.removed ?? 0), deletedFiles, measuredImages, removedPartials, sealedHours: Number(sealed?.hours ?? 0) }
+  return { removedUploads: Number(stale?.removed ?? 0), deletedFiles, measuredImages, removedPartials, sealedHours: Number(sealed?.hours ?? 0), forgottenIdempotencyKeys }
 }

@@ -7,19 +7,26 @@ import type { AppContext } from './context.ts'
 import { ApiError } from './errors.ts'
 import { accessOf } from './access.ts'
 import { weakTag } from './encoding.ts'
+import { IDEMPOTENT_REPLAYED_HEADER, idempotencyKeyOf, requestFingerprint } from './idempotency.ts'
 
 /**
  * The one SQL call of a request, returning the function's JSON text. It runs in its member's
  * turn (functions/lib/admission.ts), a read counted first, and the database admits it
- * (app.admit_request).
+ * (app.admit_request). With an Idempotency-Key, the same statement claims the key and answers a
+ * stored answer instead of running again (functions/lib/idempotency.ts): the caller shapes it as
+ * it would the first, and the answer says `Idempotent-Replayed: true`.
  */
 export async function callFor(c: AppContext, fn: string, args: unknown[], access?: Access): Promise<string | null> {
   const credential = c.var.credential
   if (!credential) throw new ApiError(403, 'Authentication required: send an API key or an OAuth access token.')
   const { sql, publicUrl, webUrl } = c.var.deps
+  const key = idempotencyKeyOf(c)
+  const idempotency = key ? { key, requestHash: await requestFingerprint(c.req.method, c.req.path, fn, args) } : null
   try {
-    const { body, member } = await inTurn(c, () => callApiAs(sql, { credential, access: access ?? accessOf(c), publicUrl, webUrl }, fn, args))
+    const { body, member, replayed } = await inTurn(c, () =>
+      callApiAs(sql, { credential, access: access ?? accessOf(c), publicUrl, webUrl }, fn, args, idempotency))
     c.var.admission.learn(credential, member)
+    if (replayed) c.header(IDEMPOTENT_REPLAYED_HEADER, 'true')
     return body
   } finally {
     // Whatever the answer (a refused read too), this server's read counts reach the database

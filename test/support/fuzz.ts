@@ -153,14 +153,14 @@ export function bodyFor(fields: string[]): fc.Arbitrary<Body | undefined> {
 /** What an answer must never contain: a stack frame or an error dump. */
 export const STACK_TRACE = /(^|\n)\s*at \S+ \(?[^\s)]*:\d+:\d+\)?|\b(Type|Reference|Syntax|Range|Postgres|Zod)?Error: |\bnode:internal\b|\/node_modules\//
 
-/** Headers the middleware reads (request id, conditional GET, compression, CORS, language), with junk values. */
+/** Headers the middleware reads (request id, conditional GET, compression, CORS, language, idempotency keys), with junk values. */
 const headerValue = fc.oneof(
   fc.stringMatching(/^[\x20-\x7e]{0,200}$/),
   fc.constantFrom('', ' ', '*', 'null', 'W/"x"', '"', 'br;q=2, gzip;q=-1, *;q=NaN', 'identity;q=0', 'x'.repeat(2000), "' or 1=1 --", '../../etc/passwd'),
 )
 export const extraHeaders: fc.Arbitrary<Record<string, string>> = fc.dictionary(
   fc.constantFrom('x-request-id', 'if-none-match', 'if-modified-since', 'accept-encoding', 'accept', 'origin', 'accept-language',
-    'access-control-request-method', 'access-control-request-headers', 'cookie', 'x-forwarded-for', 'range', 'prefer'),
+    'access-control-request-method', 'access-control-request-headers', 'cookie', 'x-forwarded-for', 'range', 'prefer', 'idempotency-key'),
   headerValue,
   { maxKeys: 3 },
 )
