@@ -5,7 +5,9 @@
 //   - the database limit: the exact statement the handler sends (functions/lib/db.ts callApi:
 //     app.authenticate, role and claims, the api.* function, same arguments), through
 //     postgres.js at the same concurrency;
-//   - PostGraphile v5 serving the same api.* functions with the same role and claims;
+//   - PostGraphile v5 serving the same api.* functions with the same role and claims (not in
+//     the project's install: the first run that measures it installs it into
+//     DATA_DIR/bench/postgraphile from local/bench/postgraphile/, local/bench/postgraphile.ts);
 //   - PostgREST too, when a `postgrest` binary is on PATH.
 // Then the read endpoints once more on a data set of 10,000 todos cut from the large one that
 // serves the same pages (scale), and each read endpoint alone on the large one, one request at a
@@ -78,6 +80,7 @@ import type { AdmissionLimits } from '../functions/lib/admission.ts'
 import { type BenchKey, FIXTURE_FORMAT, gib, readFixture, refreshFixture, seedDatabase, writeFixtureFile, type Fixture, type SeedOptions } from './bench/seed-data.ts'
 import { SMALL_TODOS, deriveSubset, isSubsetOf, todoIds } from './bench/subset.ts'
 import { type WriteCost, WRITE_COST_GOAL, measureWriteCost } from './bench/write-cost.ts'
+import { ensurePostGraphile } from './bench/postgraphile.ts'
 import {
   findOnPath, functionSignature, graphqlBody, graphqlCall, graphqlResult, postgrestToken, rpcBody, startPostgrest,
   startServerWorker, type RunningTarget, type Signature,
@@ -361,7 +364,9 @@ async function openBench(config: Config, dataset: Dataset, options: Options, tar
     claims: Object.fromEntries([...Object.values(members), ...writers, ...readers].map((m) => [`Bearer ${m.key}`, JSON.stringify(m.claims)])),
   }
   if (targets.has('api')) bench.servers.api = await startServerWorker({ kind: 'api', ...common })
-  if (targets.has('postgraphile')) bench.servers.postgraphile = await startServerWorker({ kind: 'postgraphile', ...common })
+  if (targets.has('postgraphile')) {
+    bench.servers.postgraphile = await startServerWorker({ kind: 'postgraphile', ...common, postgraphileDir: await ensurePostGraphile(config.dataDir) })
+  }
   if (targets.has('postgrest') && postgrest) {
     const secret = randomToken(32)
     bench.servers.postgrest = await startPostgrest(postgrest, dataset.url, options.pool, secret)

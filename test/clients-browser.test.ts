@@ -4,6 +4,7 @@
 // the API with a bearer token (CORS).
 import { createServer, type Server } from 'node:http'
 import { join } from 'node:path'
+import type { Locator } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { BROWSER_MISSING_MESSAGE, chromiumPath, launchBrowser, screenshotDir } from './support/browser.ts'
 import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
@@ -43,11 +44,14 @@ describe.skipIf(!chromiumPath)('in a real browser, offline', () => {
       expect(response?.status()).toBe(200)
       const html = await response!.text()
       expect(html).not.toMatch(/cdn\.jsdelivr|unpkg|fonts\.scalar|https?:\/\/(?!api\.test)[a-z]/i)
-      // Operation summaries and tags from the OpenAPI document, rendered by the reference.
-      await page.getByText('The authenticated user').first().waitFor({ timeout: 30_000 }).catch(async (err) => {
+      // Operation summaries and tags from the OpenAPI document, rendered by the reference: the
+      // sidebar first, the introduction with the title a moment later (Scalar 1.46), so both.
+      const rendered = (locator: Locator) => locator.first().waitFor({ timeout: 30_000 }).catch(async (err) => {
         await page.screenshot({ path: join(await screenshotDir(), 'docs-offline-failed.png') })
         throw new Error(`${err}\nconsole:\n${consoleLines.join('\n')}\nrequested:\n${requested.join('\n')}\nblocked:\n${blocked.join('\n')}\n${await page.content()}`.slice(0, 6000))
       })
+      await rendered(page.getByText('The authenticated user'))
+      await rendered(page.getByRole('heading', { name: 'Todo-Sharing Service API' }))
       const text = await page.textContent('body')
       expect(text).toContain('Todo-Sharing Service API')
       for (const listed of ['Update your time zone settings', 'Projects', 'Todos', 'Uploads', 'Direct messages', 'Webhooks']) expect(text).toContain(listed)

@@ -7,7 +7,7 @@ import { Hono } from 'hono'
 import type { AppEnv } from '../lib/context.ts'
 
 /** The pinned @scalar/api-reference whose browser bundle /docs/scalar.js serves (package.json). */
-export const SCALAR_VERSION = '1.72.1'
+export const SCALAR_VERSION = '1.46.4'
 
 export function escapeHtml(text: string): string {
   return text.replace(/[&<>"']/g, (ch) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[ch]!)
@@ -120,6 +120,9 @@ export function docs(basePath: string) {
     cdn: `${basePath}/docs/scalar.js?v=${SCALAR_VERSION}`,
     withDefaultFonts: false,
     telemetry: false,
+    // Scalar's "Ask AI" agent: it fetches Scalar's API registry through proxy.scalar.com as the
+    // page opens (1.46), and would send the document and questions to Scalar. Nothing leaves.
+    agent: { disabled: true },
   }))
   routes.get('/docs/scalar.js', async (c) => {
     const script = await c.var.deps.docsScript?.()

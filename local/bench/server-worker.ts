@@ -1,7 +1,8 @@
 // A server under test, run in a worker thread of the bench process: the API (createApp from
 // functions/app.ts on @hono/node-server, as `npm start` serves it) or PostGraphile v5 over the
-// same api.* functions. Its own thread, so autocannon in the main thread does not share its
-// event loop. Protocol: posts {port} when listening; on 'stop' closes and posts 'stopped'.
+// same api.* functions (from the bench's own install, local/bench/postgraphile.ts). Its own
+// thread, so autocannon in the main thread does not share its event loop. Protocol: posts
+// {port} when listening; on 'stop' closes and posts 'stopped'.
 import type { FileStorage } from '../../functions/lib/storage.ts'
 import { createServer, type Server as HttpServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
@@ -11,6 +12,7 @@ import { closeAfterUnreadBody } from '../node-http.ts'
 import { createApp, type AppDeps } from '../../functions/app.ts'
 import { createSql } from '../../functions/lib/sql.ts'
 import type { AdmissionLimits } from '../../functions/lib/admission.ts'
+import { postGraphileRequire } from './postgraphile.ts'
 
 export interface ServerWorkerData {
   kind: 'api' | 'postgraphile'
@@ -23,6 +25,8 @@ export interface ServerWorkerData {
   claims: Record<string, string>
   /** API: the fair queue's limits; unset: as npm start derives them from the pool. */
   admission?: AdmissionLimits
+  /** PostGraphile: the folder ensurePostGraphile installed it into. */
+  postgraphileDir?: string
 }
 
 const data = workerData as ServerWorkerData
@@ -56,6 +60,12 @@ async function startApi(): Promise<{ server: HttpServer; close: () => Promise<vo
   return { server, close: () => sql.end({ timeout: 2 }) }
 }
 
+interface PostGraphileInstance {
+  getSchemaResult(): Promise<unknown>
+  createServ(grafserv: unknown): { addTo(server: HttpServer, addExtra: boolean): Promise<void> }
+  release(): Promise<void>
+}
+
 async function startPostGraphile(): Promise<{ server: HttpServer; close: () => Promise<void> }> {
   process.env.GRAPHILE_ENV ??= 'production'
   // PostGraphile 5.1 declares Node ≥ 22; the one newer API it uses is Promise.withResolvers
@@ -67,11 +77,14 @@ async function startPostGraphile(): Promise<{ server: HttpServer; close: () => P
     const promise = new Promise((res, rej) => { resolve = res; reject = rej })
     return { promise, resolve, reject }
   }
-  const { postgraphile } = await import('postgraphile')
-  const { PostGraphileAmberPreset } = await import('postgraphile/presets/amber')
-  const { makePgService } = await import('postgraphile/adaptors/pg')
-  const { grafserv } = await import('postgraphile/grafserv/node')
-  const preset: GraphileConfig.Preset = {
+  if (!data.postgraphileDir) throw new Error('postgraphile: no postgraphileDir (ensurePostGraphile installs it)')
+  // Not in the project's node_modules (issue 29), so no types either: the few shapes used here.
+  const load = postGraphileRequire(data.postgraphileDir)
+  const { postgraphile } = load('postgraphile') as { postgraphile: (preset: object) => PostGraphileInstance }
+  const { PostGraphileAmberPreset } = load('postgraphile/presets/amber') as { PostGraphileAmberPreset: object }
+  const { makePgService } = load('postgraphile/adaptors/pg') as { makePgService: (options: object) => object }
+  const { grafserv } = load('postgraphile/grafserv/node') as { grafserv: unknown }
+  const preset = {
     extends: [PostGraphileAmberPreset],
     pgServices: [
       makePgService({
@@ -82,7 +95,7 @@ async function startPostGraphile(): Promise<{ server: HttpServer; close: () => P
         // What PostgREST and our API do per request: role `authenticated` with the claims of
         // the credential, and app.public_url; PostGraphile sets them with set_config in a
         // transaction around the query.
-        pgSettings: (ctx: Grafast.RequestContext) => {
+        pgSettings: (ctx: unknown) => {
           const auth = (ctx as { node?: { req?: { headers?: Record<string, string | undefined> } } }).node?.req?.headers?.authorization
           const claims = auth ? data.claims[auth] : undefined
           if (!claims) return { role: 'anon' }
