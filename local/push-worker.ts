@@ -10,8 +10,7 @@ import { nodePushTransport } from './push-sender.ts'
 
 const config = readConfig()
 const database = await openDatabase(config)
-// The deadline npm start gives its workers (STATEMENT_TIMEOUT_MS plus STATEMENT_DEADLINE_MARGIN_MS).
-const sql = createSql(database.url, { max: 3, statementTimeoutMs: config.statementTimeoutMs, deadlineMarginMs: config.deadlineMarginMs })
+const sql = createSql(database.url, { max: 3 })
 const transport = nodePushTransport({ vapid: config.vapid, allowPrivate: config.webhookAllowPrivate })
 console.log('push worker started')
 
