@@ -4,7 +4,7 @@
 // who is never notified; un-like and like again; deleted causes; the endpoints, devices and
 // preferences; 410, 429 and 5xx; the shared provider token; a worker that dies mid-way.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
-import { ProviderTokens, drainPush, type PushDrainOptions } from '../functions/lib/push.ts'
+import { PUSH_MAX_ATTEMPTS, ProviderTokens, WEB_PUSH_MAX_PAYLOAD_BYTES, drainPush, type PushDrainOptions, type PushTransport } from '../functions/lib/push.ts'
 import { nodePushTransport } from '../local/push-sender.ts'
 import { generateVapidKeys } from '../local/push-sender.ts'
 import { vapidFrom } from '../local/config.ts'
@@ -75,6 +75,22 @@ async function react(user: string, type: 'Todo' | 'Comment', id: string) {
   const res = await world.post('/v1/reactions', { auth: users[user]!.api_key, json: { reactable_type: type, reactable_id: id } })
   expect(res.status, res.text).toBe(201)
   return res.body as { id: string }
+}
+
+/** Waits (polling) until `check` holds; fails after a generous deadline. */
+async function until(check: () => Promise<boolean>, what: string, timeoutMs = 20_000) {
+  const deadline = Date.now() + timeoutMs
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`not within ${timeoutMs} ms: ${what}`)
+    await new Promise((r) => setTimeout(r, 50))
+  }
+}
+
+/** Whether `user`'s device's delivery was claimed and its lease has run out (due again). */
+async function leaseRanOut(user: string): Promise<boolean> {
+  const rows = await world.sql`
+    select 1 from app.push_deliveries where device_token = ${devices[user]!} and lease_id is not null and next_attempt_at <= now()`
+  return rows.length === 1
 }
 
 /** The pushes that reached `user`'s device since `from`. */
@@ -632,6 +648,159 @@ describe('Web Push', () => {
     await comment('dave', todo.id, 'Browser gone')
     expect((await drain()).unregistered).toBe(1)
     expect((await world.sql`select 1 from app.web_push_subscriptions where id = ${added.id}`).length).toBe(0)
+  })
+})
+
+describe('loose ends (issue 28)', () => {
+  it('a worker held up past its lease sends nothing once another worker took the push over, and records nothing', async () => {
+    await member('fenced')
+    const todo = await postTodo('fenced', 'Fenced lease')
+    // A worker held up between its claim and its send (a paused process, a slow provider token):
+    // its token comes only after its lease ran out and another worker delivered the push.
+    let release!: () => void
+    const held = new Promise<void>((resolve) => (release = resolve))
+    const slowTokens = { token: async () => { await held; return await tokens.token() }, forget: () => tokens.forget() } as unknown as ProviderTokens
+    const from = apns.pushes.length
+    await comment('alice', todo.id, 'Sent once')
+    const stale = drainPush(world.sql, transport, { config: apns.config, tokens: slowTokens }, { ...FAST, leaseMs: 1_000, timeoutMs: 500 })
+    await until(() => leaseRanOut('fenced'), 'the held-up worker claimed the push and its lease ran out')
+    expect(await drain()).toMatchObject({ delivered: 1 })
+    release()
+    expect(await stale).toMatchObject({ delivered: 0, retrying: 0, failed: 0, lapsed: 1 })
+    expect(pushesTo('fenced', from).map((p) => p.payload.aps.alert.body)).toEqual(['Sent once'])
+    expect((await world.sql`select 1 from app.push_deliveries where device_token = ${devices.fenced!}`).length).toBe(0)
+  })
+
+  it('a worker whose lease ran out never records over the worker that took it over (no third push)', async () => {
+    await member('overtaken')
+    const todo = await postTodo('overtaken', 'Overtaken lease')
+    const from = apns.pushes.length
+    let releaseFirst!: () => void
+    let releaseSecond!: () => void
+    const firstHeld = new Promise<void>((resolve) => (releaseFirst = resolve))
+    const secondHeld = new Promise<void>((resolve) => (releaseSecond = resolve))
+    apns.answer(async (push) => {
+      if (push.token !== devices.overtaken) return { status: 200 }
+      const n = pushesTo('overtaken', from).length
+      if (n === 1) return { status: 503, reason: 'ServiceUnavailable' }
+      if (n === 2) await secondHeld
+      return { status: 200 }
+    })
+    // The first worker gets its 503 at once, but records it only after its lease ran out and a
+    // second worker claimed the push (its answer reached it late: a paused process).
+    const late: PushTransport = {
+      apns: async (request) => {
+        const response = await transport.apns(request)
+        await firstHeld
+        return response
+      },
+      web: (request) => transport.web(request),
+    }
+    await comment('alice', todo.id, 'Twice at most')
+    const first = drainPush(world.sql, late, { config: apns.config, tokens }, { ...FAST, leaseMs: 3_000, timeoutMs: 500 })
+    await until(() => leaseRanOut('overtaken'), 'the first worker\'s lease ran out')
+    const second = drain()
+    await apns.waitFor(from + 2)
+    releaseFirst()
+    // The late "retry" is not recorded: the row stays the second worker's, leased, no attempt counted.
+    expect(await first).toMatchObject({ retrying: 0, failed: 0, lapsed: 1 })
+    const [row] = await world.sql`
+      select status, attempts, next_attempt_at > now() + interval '5 seconds' as leased from app.push_deliveries where device_token = ${devices.overtaken!}`
+    expect(row).toMatchObject({ status: 'pending', attempts: 0, leased: true })
+    // So a third worker finds nothing due (a recorded retry was due after 100 ms: a third push).
+    await new Promise((r) => setTimeout(r, 300))
+    expect(await drain()).toMatchObject({ delivered: 0, retrying: 0 })
+    releaseSecond()
+    expect(await second).toMatchObject({ delivered: 1 })
+    expect(pushesTo('overtaken', from)).toHaveLength(2)
+  })
+
+  it('a huge actor name: the push fits in 4 KB (APNs and Web Push), its title cut between characters', async () => {
+    await member('tiny')
+    const sub = browserSubscription(`${webPushService.url}/push/tiny-browser`)
+    await world.admin('add-web-push-subscription', '--user', 'tiny', '--endpoint', sub.endpoint, `--p256dh=${sub.p256dh}`, `--auth=${sub.auth}`)
+    // Surrogate pairs, an emoji sequence with a skin tone, a letter with a combining accent.
+    const huge = 'Zoë 👩🏽‍🚀 Ame\u0301lie 🇫🇷 '.repeat(400)
+    users.longname = await world.createUser('longname', '--first-name', huge)
+    const fullTitle = `${huge.trim()} commented on your todo`
+    const todo = await postTodo('tiny', 'Small todo')
+    const from = apns.pushes.length
+    const webFrom = webPushService.received.length
+    await comment('longname', todo.id, 'Hello from a long name')
+    expect(await drain()).toMatchObject({ delivered: 2, failed: 0 })
+
+    const graphemes = (text: string) => [...new Intl.Segmenter(undefined, { granularity: 'grapheme' }).segment(text)].map((g) => g.segment)
+    const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
+    const checkTitle = (title: string) => {
+      expect(title.endsWith('…')).toBe(true)
+      const kept = title.slice(0, -1)
+      expect(kept.length).toBeGreaterThan(500)
+      expect(loneSurrogate.test(kept)).toBe(false)
+      expect(fullTitle.startsWith(kept)).toBe(true)
+      // Whole user-perceived characters only: the kept ones are the full title's first ones.
+      const keptGraphemes = graphemes(kept)
+      expect(keptGraphemes).toEqual(graphemes(fullTitle).slice(0, keptGraphemes.length))
+    }
+
+    const [push] = pushesTo('tiny', from)
+    expect(push!.problem).toBeNull()
+    expect(push!.bytes).toBeLessThanOrEqual(4096)
+    expect(push!.bytes).toBeGreaterThan(3500)
+    checkTitle(push!.payload.aps.alert.title)
+    expect(push!.payload.aps.alert.body).toBe('Hello from a long name')
+
+    const [web] = webPushService.received.slice(webFrom).filter((r) => r.path === '/push/tiny-browser')
+    expect(web!.problem).toBeNull()
+    const plain = sub.decrypt(web!.body)
+    expect(Buffer.byteLength(plain)).toBeLessThanOrEqual(WEB_PUSH_MAX_PAYLOAD_BYTES)
+    const payload = JSON.parse(plain)
+    checkTitle(payload.title)
+    expect(payload.body).toBe('Hello from a long name')
+  })
+
+  it(`a push service answering 429 or 5xx is tried ${PUSH_MAX_ATTEMPTS} times, then failed; 404 drops the subscription at once`, async () => {
+    await member('busy')
+    const sub = browserSubscription(`${webPushService.url}/push/busy-browser`)
+    await world.admin('add-web-push-subscription', '--user', 'busy', '--endpoint', sub.endpoint, `--p256dh=${sub.p256dh}`, `--auth=${sub.auth}`)
+    const hits = () => webPushService.received.filter((r) => r.path === '/push/busy-browser').length
+    webPushService.answer((r) => (r.path !== '/push/busy-browser' ? 201 : hits() % 2 ? 429 : 503))
+    const todo = await postTodo('busy', 'Busy push service')
+    await comment('alice', todo.id, 'Knock knock')
+    // Retries due at once: only the number of tries bounds them here.
+    for (let i = 0; i < PUSH_MAX_ATTEMPTS + 4; i++) await drain({ scheduleMs: [0] })
+    const delivery = () => world.sql`
+      select d.status, d.attempts, d.last_status from app.push_deliveries d
+      join app.web_push_subscriptions w on w.id = d.web_subscription_id where w.endpoint = ${sub.endpoint}`
+    expect([...(await delivery())]).toMatchObject([{ status: 'failed', attempts: PUSH_MAX_ATTEMPTS }])
+    expect(hits()).toBe(PUSH_MAX_ATTEMPTS)
+
+    webPushService.answer((r) => (r.path === '/push/busy-browser' ? 404 : 201))
+    await comment('carol', todo.id, 'Anyone there?')
+    expect(await drain()).toMatchObject({ unregistered: 1 })
+    expect(hits()).toBe(PUSH_MAX_ATTEMPTS + 1)
+    expect((await world.sql`select 1 from app.web_push_subscriptions where endpoint = ${sub.endpoint}`).length).toBe(0)
+    expect(await delivery()).toHaveLength(0)
+  })
+
+  it('the storage worker prunes read and hidden notifications after 90 days; unread ones stay', async () => {
+    await member('aged')
+    const todo = await postTodo('aged', 'Old news')
+    await comment('alice', todo.id, 'Read long ago')
+    await comment('bob', todo.id, 'Never read')
+    const like = await react('carol', 'Todo', todo.id)
+    expect((await world.delete(`/v1/reactions/${like.id}`, { auth: users.carol!.api_key })).status).toBe(204)
+    const aged = users.aged!.id.replace('user_', '')
+    await world.sql`update app.notifications set read = true where user_id = ${aged}::uuid and actor_id = ${users.alice!.id.replace('user_', '')}::uuid`
+    await world.sql`update app.notifications set created_at = now() - interval '91 days' where user_id = ${aged}::uuid`
+    await comment('dave', todo.id, 'Read lately')
+    await world.sql`update app.notifications set read = true where user_id = ${aged}::uuid and actor_id = ${users.dave!.id.replace('user_', '')}::uuid`
+    const result = await world.maintain()
+    expect(result.prunedNotifications).toBeGreaterThanOrEqual(2)
+    const left = await world.sql<{ username: string; read: boolean }[]>`
+      select u.username, n.read from app.notifications n join app.users u on u.id = n.actor_id where n.user_id = ${aged}::uuid order by u.username`
+    expect(left.map((r) => ({ ...r }))).toEqual([{ username: 'bob', read: false }, { username: 'dave', read: true }])
+    // What is left of their pushes went with them; the rest go out as usual.
+    await drain()
   })
 })
 

@@ -4,7 +4,8 @@
 // dimensions are unknown (in production Storage receives the PUT, so nothing measured them).
 // Beside the files, it seals the hours of todos that are over (app.seal_todo_hours), so the
 // date filters of GET /v1/todos count from sums of hours (issue 26), and forgets the stored
-// answers of idempotency keys once their 24 hours are over (issue 29).
+// answers of idempotency keys once their 24 hours are over (issue 29), and keeps the retention
+// of webhook delivery logs and spent notifications (issue 28; docs/reliability.md, "Retention").
 // `npm start` runs it every minute; on Supabase, pg_cron calls POST /internal/maintenance.
 import { imageSize } from 'image-size'
 import type { Sql } from 'postgres'
@@ -22,7 +23,20 @@ export interface MaintenanceResult {
   sealedHours: number
   /** Stored answers of Idempotency-Keys older than 24 hours, deleted (app.forget_idempotency_keys). */
   forgottenIdempotencyKeys: number
+  /** New-todo events older than WEBHOOK_LOG_KEPT_DAYS deleted with their delivery logs (app.prune_webhook_deliveries). */
+  prunedWebhookEvents: number
+  /** Read or hidden notifications older than SPENT_NOTIFICATIONS_KEPT_DAYS, deleted (app.prune_notifications). */
+  prunedNotifications: number
 }
+
+/** How long the webhook delivery log is kept (each new todo's body and its delivery rows). */
+export const WEBHOOK_LOG_KEPT_DAYS = 30
+/** How long a read or hidden notification is kept; unread ones stay. */
+export const SPENT_NOTIFICATIONS_KEPT_DAYS = 90
+/** Rows one pruning statement deletes at most… */
+export const PRUNE_BATCH = 1_000
+/** …and statements of each kind one run makes at most: a backlog (the first run after an upgrade) goes over several minutes, never in one long run. */
+export const PRUNE_BATCHES_PER_RUN = 10
 
 const BATCH = 100
 /** Expired idempotency keys deleted per statement. */
@@ -44,6 +58,21 @@ export async function runStorageMaintenance(sql: Sql, storage: FileStorage, stal
     forgottenIdempotencyKeys += n
     if (n < FORGET_BATCH) break
   }
+
+  // Retention, in short statements of PRUNE_BATCH rows, oldest first, each one index range.
+  const prune = async (statement: () => Promise<{ n: number }[]>): Promise<number> => {
+    let total = 0
+    for (let i = 0; i < PRUNE_BATCHES_PER_RUN; i++) {
+      const n = Number((await statement())[0]?.n ?? 0)
+      total += n
+      if (n < PRUNE_BATCH) break
+    }
+    return total
+  }
+  const prunedWebhookEvents = await prune(() => sql<{ n: number }[]>`
+    select app.prune_webhook_deliveries(make_interval(days => ${WEBHOOK_LOG_KEPT_DAYS}), ${PRUNE_BATCH}) as n`)
+  const prunedNotifications = await prune(() => sql<{ n: number }[]>`
+    select app.prune_notifications(make_interval(days => ${SPENT_NOTIFICATIONS_KEPT_DAYS}), ${PRUNE_BATCH}) as n`)
 
   let deletedFiles = 0
   for (;;) {
@@ -81,5 +110,6 @@ export async function runStorageMaintenance(sql: Sql, storage: FileStorage, stal
     await sql`select app.record_image_size(${key as string}, ${width}, ${height})`
     measuredImages++
   }
-  return { removedUploads: Number(stale?.removed ?? 0), deletedFiles, measuredImages, removedPartials, sealedHours: Number(sealed?.hours ?? 0), forgottenIdempotencyKeys }
+  return { removedUploads: Number(stale?.removed ?? 0), deletedFiles, measuredImages, removedPartials, sealedHours: Number(sealed?.hours ?? 0), forgottenIdempotencyKeys,
+    prunedWebhookEvents, prunedNotifications }
 }

@@ -3,7 +3,15 @@
 // Web Push service through the platform's transport, and records the outcome in a statement of
 // its own. Modelled on the webhook worker (functions/lib/webhooks.ts): leases, not locks held
 // while sending; at least once (a worker killed mid-send leaves its rows due again when the
-// lease ends); retries with backoff for 429, 5xx and no answer.
+// lease ends); retries with backoff for 429, 5xx and no answer, PUSH_MAX_ATTEMPTS tries at most.
+//
+// Leases are fenced (issue 28): a claim gives each row a new lease id, and a worker records an
+// outcome only while the row still carries its lease id (app.record_push_attempt), so a worker
+// whose lease ran out and was claimed by another never marks it (a stale "retry" made the row due
+// again under the new holder's send: a third push). And it sends only while its lease has a whole
+// send timeout left, timed on its own monotonic clock from before the claim (the lease began in
+// the database after that): a worker held up between claim and send (a paused process, a slow
+// provider token) lets the lease go instead of sending beside the worker that took it over.
 //
 // APNs: an ES256 provider token signed with jose (kid = APNS_KEY_ID, iss = APNS_TEAM_ID), shared
 // by every worker through app.apns_provider_tokens and renewed after 40 minutes (Apple wants it
@@ -63,8 +71,22 @@ export interface PushTransport {
 
 /** Retry delays after each failed attempt: 5 s, 30 s, 2 min, 10 min, 30 min, 1 h (then hourly). */
 export const PUSH_RETRY_SCHEDULE_MS = [5_000, 30_000, 120_000, 600_000, 1_800_000, 3_600_000]
+/**
+ * Tries of one push at most (the first and 7 retries: after about 5 s, 30 s, 2 min, 10 min,
+ * 30 min, 1 h and 1 h, so about 2 h 43 min, longer only where Retry-After asks): a push service
+ * that keeps answering 429 or 5xx is not called every hour for a day. The 8th failure is final.
+ */
+export const PUSH_MAX_ATTEMPTS = 8
 /** A push still failing a day after its first attempt is given up: it would arrive stale. */
 export const PUSH_GIVE_UP_AFTER_MS = 24 * 3_600_000
+/** Apple's limit on a (non-VoIP) notification's payload: 4 KB; more is refused with 413 PayloadTooLarge. */
+export const APNS_MAX_PAYLOAD_BYTES = 4096
+/**
+ * The most of a Web Push message's plaintext: push services take 4096 bytes of encrypted body
+ * (RFC 8030 section 7.2), of which aes128gcm (RFC 8188) spends 86 on its header, 16 on the tag
+ * and 1 on the padding delimiter.
+ */
+export const WEB_PUSH_MAX_PAYLOAD_BYTES = 4096 - 86 - 16 - 1
 export const PUSH_TIMEOUT_MS = 10_000
 /** Failed deliveries are pruned after this many days (app.prune_push_deliveries). */
 export const PUSH_FAILED_KEPT_DAYS = 7
@@ -81,6 +103,8 @@ export interface PushDrainOptions {
   jitter?: number
   /** How long a claim is leased (default: the timeout plus 30 s, so a send never outlives it). Tests shorten it. */
   leaseMs?: number
+  /** Tries of one push at most (PUSH_MAX_ATTEMPTS). */
+  maxAttempts?: number
 }
 
 export interface PushDrainResult {
@@ -89,6 +113,12 @@ export interface PushDrainResult {
   failed: number
   unregistered: number
   dropped: number
+  /**
+   * Claimed but neither sent nor recorded: the lease had less than a send's timeout left when the
+   * push was ready to go, or another worker had claimed the row meanwhile (the fence). The
+   * delivery is the current holder's, or due again when the lease ends.
+   */
+  lapsed: number
 }
 
 interface Claimed {
@@ -108,6 +138,8 @@ interface Claimed {
   badge: number
   attempts: number
   first_attempt_at: Date | null
+  /** This claim's lease id (app.take_push_deliveries): the fence app.record_push_attempt checks. */
+  lease_id: string
 }
 
 /** APNS_* of the environment as an ApnsConfig, or null when APNs is not configured. */
@@ -120,15 +152,76 @@ export function apnsConfigFrom(env: (name: string) => string | undefined): ApnsC
   return { keyId, teamId, privateKey, topic, url: env('APNS_URL') || undefined }
 }
 
-/** The APNs payload: the alert, the badge, and the notification's id and url as custom data. */
+const encoder = new TextEncoder()
+const ELLIPSIS = '…'
+
+/** Bytes a string takes inside a JSON document (escapes counted), without its quotes. */
+function jsonBytes(text: string): number {
+  return encoder.encode(JSON.stringify(text)).length - 2
+}
+
+let graphemes: Intl.Segmenter | null = null
+
+/**
+ * The longest start of `text` that takes at most `bytes` in JSON with an ellipsis after it, cut
+ * between user-perceived characters (grapheme clusters: never inside a surrogate pair, an emoji
+ * sequence, or a letter and its combining marks), so it stays valid UTF-8 and reads whole.
+ * Reads only as far as it keeps: a name of a million characters costs what fits.
+ */
+export function cutToBytes(text: string, bytes: number): string {
+  if (jsonBytes(text) <= bytes) return text
+  const room = bytes - jsonBytes(ELLIPSIS)
+  if (room <= 0) return ''
+  graphemes ??= new Intl.Segmenter(undefined, { granularity: 'grapheme' })
+  let used = 0
+  let end = 0
+  for (const { segment, index } of graphemes.segment(text)) {
+    const size = jsonBytes(segment)
+    if (used + size > room) break
+    used += size
+    end = index + segment.length
+  }
+  return text.slice(0, end).trimEnd() + ELLIPSIS
+}
+
+/**
+ * The payload `build` makes of a title and a body, within `limit` bytes: as it is when it fits;
+ * else the title is cut first (a long actor or project name is what makes it large: the body is
+ * an excerpt of at most 200 characters), then, if that is not enough, the body too, each on a
+ * character boundary with an ellipsis.
+ */
+export function fitPayload(build: (title: string, body: string) => string, title: string, body: string, limit: number): string {
+  const whole = build(title, body)
+  if (encoder.encode(whole).length <= limit) return whole
+  const room = limit - encoder.encode(build('', '')).length
+  // The body keeps what the title leaves, and at least half of the room when both are long.
+  const bodyRoom = Math.min(jsonBytes(body), Math.max(Math.floor(room / 2), room - jsonBytes(title)))
+  const cutBody = cutToBytes(body, Math.max(0, bodyRoom))
+  const cutTitle = cutToBytes(title, Math.max(0, room - jsonBytes(cutBody)))
+  return build(cutTitle, cutBody)
+}
+
+/**
+ * The APNs payload: the alert, the badge, and the notification's id and url as custom data,
+ * within Apple's 4 KB (APNS_MAX_PAYLOAD_BYTES; the title and body cut to fit, fitPayload).
+ */
 export function apnsPayload(row: Pick<Claimed, 'notification_id' | 'type' | 'title' | 'body' | 'url' | 'todo_id' | 'badge'>): string {
-  return JSON.stringify({
-    aps: { alert: { title: row.title ?? '', body: row.body ?? '' }, badge: row.badge, sound: 'default', 'thread-id': row.type },
+  return fitPayload((title, body) => JSON.stringify({
+    aps: { alert: { title, body }, badge: row.badge, sound: 'default', 'thread-id': row.type },
     notification_id: row.notification_id,
     url: row.url,
     type: row.type,
     todo_id: row.todo_id,
-  })
+  }), row.title ?? '', row.body ?? '', APNS_MAX_PAYLOAD_BYTES)
+}
+
+/** The Web Push message (before encryption), within what a push service takes (WEB_PUSH_MAX_PAYLOAD_BYTES). */
+export function webPushPayload(row: Pick<Claimed, 'notification_id' | 'type' | 'title' | 'body' | 'url' | 'todo_id' | 'badge'>): string {
+  return fitPayload((title, body) => JSON.stringify({
+    title: row.title === null ? null : title,
+    body: row.body === null ? null : body,
+    url: row.url, notification_id: row.notification_id, type: row.type, todo_id: row.todo_id, badge: row.badge,
+  }), row.title ?? '', row.body ?? '', WEB_PUSH_MAX_PAYLOAD_BYTES)
 }
 
 /** The apns-id of a notification's push: its uuid (APNs wants a UUID; the same on every retry). */
@@ -216,11 +309,19 @@ export async function drainPush(
   const jitter = options.jitter ?? 0.1
   const timeoutMs = options.timeoutMs ?? PUSH_TIMEOUT_MS
   const deadline = Date.now() + (options.budgetMs ?? Number.POSITIVE_INFINITY)
-  const result: PushDrainResult = { delivered: 0, retrying: 0, failed: 0, unregistered: 0, dropped: 0 }
-  const leaseSeconds = (options.leaseMs ?? timeoutMs + 30_000) / 1000
+  const maxAttempts = options.maxAttempts ?? PUSH_MAX_ATTEMPTS
+  const result: PushDrainResult = { delivered: 0, retrying: 0, failed: 0, unregistered: 0, dropped: 0, lapsed: 0 }
+  const leaseMs = options.leaseMs ?? timeoutMs + 30_000
+  const leaseSeconds = leaseMs / 1000
 
   async function record(row: Claimed, outcome: Outcome, response: PushResponse): Promise<void> {
     let retryAt: Date | null = null
+    let gaveUp = false
+    if (outcome === 'retry' && row.attempts + 1 >= maxAttempts) {
+      // The last of its tries (PUSH_MAX_ATTEMPTS): failed, whatever the service says next time.
+      outcome = 'failed'
+      gaveUp = true
+    }
     if (outcome === 'retry') {
       const now = Date.now()
       const step = schedule[Math.min(row.attempts, schedule.length - 1)] ?? 0
@@ -232,13 +333,19 @@ export async function drainPush(
       else retryAt = new Date(now + delay)
     }
     const error = outcome === 'delivered' || outcome === 'dropped' ? null
-      : (response.error ?? `answered ${response.status}${response.reason ? ` ${response.reason}` : ''}`)
-    await sql`select app.record_push_attempt(${row.id}::bigint, ${outcome}, ${response.status}::integer, ${error}::text, ${retryAt}::timestamptz)`
-    result[outcome === 'retry' ? 'retrying' : outcome]++
+      : (response.error ?? `answered ${response.status}${response.reason ? ` ${response.reason}` : ''}`) + (gaveUp ? ` (given up after ${maxAttempts} tries)` : '')
+    // Fenced: recorded only while the row still carries this claim's lease id.
+    const [recorded] = await sql<{ ok: boolean }[]>`
+      select app.record_push_attempt(${row.id}::bigint, ${row.lease_id}::uuid, ${outcome}, ${response.status}::integer, ${error}::text, ${retryAt}::timestamptz) as ok`
+    if (!recorded?.ok) result.lapsed++
+    else result[outcome === 'retry' ? 'retrying' : outcome]++
   }
 
-  async function deliver(row: Claimed): Promise<void> {
+  async function deliver(row: Claimed, leaseEnds: number): Promise<void> {
     if (row.hidden) return record(row, 'dropped', { status: null })
+    // Sends only while the lease has a whole send (its timeout) left: past that, another worker
+    // may claim the row while this send is under way, and the device would get it twice.
+    const leaseLeft = () => performance.now() + timeoutMs < leaseEnds
     let response: PushResponse
     let kind: 'apns' | 'web'
     try {
@@ -246,12 +353,17 @@ export async function drainPush(
         kind = 'apns'
         if (!apns) return record(row, 'failed', { status: null, error: 'APNs is not configured (APNS_KEY_ID, APNS_TEAM_ID, APNS_PRIVATE_KEY, APNS_TOPIC)' })
         const base = apns.config.url?.replace(/\/+$/, '') ?? (row.apns_environment === 'sandbox' ? APNS_SANDBOX_URL : APNS_PRODUCTION_URL)
+        const providerToken = await apns.tokens.token()
+        if (!leaseLeft()) {
+          result.lapsed++
+          return
+        }
         response = await transport.apns({
           url: `${base}/3/device/${row.device_token}`,
           timeoutMs,
           body: apnsPayload(row),
           headers: {
-            authorization: `bearer ${await apns.tokens.token()}`,
+            authorization: `bearer ${providerToken}`,
             'apns-push-type': 'alert',
             'apns-topic': apns.config.topic,
             'apns-id': apnsId(row.notification_id),
@@ -263,15 +375,17 @@ export async function drainPush(
         if (response.status === 403 && response.reason === 'ExpiredProviderToken') apns.tokens.forget()
       } else {
         kind = 'web'
+        if (!leaseLeft()) {
+          result.lapsed++
+          return
+        }
         response = await transport.web({
           endpoint: row.endpoint!,
           p256dh: row.p256dh!,
           auth: row.auth!,
           ttlSeconds: 86_400,
           timeoutMs,
-          payload: JSON.stringify({
-            title: row.title, body: row.body, url: row.url, notification_id: row.notification_id, type: row.type, todo_id: row.todo_id, badge: row.badge,
-          }),
+          payload: webPushPayload(row),
         })
       }
     } catch (err) {
@@ -283,8 +397,11 @@ export async function drainPush(
 
   async function lane(): Promise<void> {
     while (Date.now() < deadline) {
+      // Before the claim: the lease starts in the database after this instant, so it ends no
+      // sooner than leaseEnds (a duration on this process's monotonic clock, no clock compared).
+      const leaseEnds = performance.now() + leaseMs
       const rows = await sql<Claimed[]>`select * from app.take_push_deliveries(${batch}, make_interval(secs => ${leaseSeconds}))`
-      await Promise.all(rows.map((row) => deliver(row)))
+      await Promise.all(rows.map((row) => deliver(row, leaseEnds)))
       if (rows.length < batch) return
     }
   }

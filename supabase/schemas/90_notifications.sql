@@ -51,6 +51,8 @@ create index notifications_actor_id_idx on app.notifications (actor_id, subject_
 create index notifications_todo_id_idx on app.notifications (todo_id) where (todo_id is not null);
 create index notifications_comment_id_idx on app.notifications (comment_id) where (comment_id is not null);
 create index notifications_project_id_idx on app.notifications (project_id) where (project_id is not null);
+-- Spent notifications (read, or hidden) by age, for the retention (app.prune_notifications).
+create index notifications_spent_idx on app.notifications (created_at) where (read or hidden);
 
 create table app.notification_preferences (
   user_id             uuid references app.users(id) on delete cascade,
@@ -103,12 +105,15 @@ create table app.push_deliveries (
   last_error          text,
   created_at          timestamptz not null default now(),
   leased_at           timestamptz,
+  lease_id            uuid,
   constraint push_deliveries_one_target check (num_nonnulls(device_token, web_subscription_id) = 1)
 );
 comment on table app.push_deliveries is
   'The push outbox: one row per (notification, device or web subscription), written with the notification; the worker leases due rows (app.take_push_deliveries), sends them outside any transaction, and deletes them once sent. A row that keeps failing is marked failed, kept a week for the operator to see why (app.prune_push_deliveries), and gone with its notification, device or subscription. No policy and no grant: app.notify writes, the worker reads.';
 comment on column app.push_deliveries.leased_at is
   'When a worker last claimed it (app.take_push_deliveries): an answer that the token is dead (410) deletes the device only if it was not registered again after this, as Apple asks (a token re-registered while the 410 was in flight is live).';
+comment on column app.push_deliveries.lease_id is
+  'The current claim''s id, new at every claim (app.take_push_deliveries): the fence. An outcome is recorded only with the lease id the row still carries (app.record_push_attempt), so a worker whose lease ran out and was claimed by another never marks the row: its late "retry" made the row due under the new holder''s send, and a third worker pushed it again (issue 28).';
 create index push_deliveries_notification_id_idx on app.push_deliveries (notification_id);
 create index push_deliveries_device_token_idx on app.push_deliveries (device_token) where (device_token is not null);
 create index push_deliveries_web_subscription_id_idx on app.push_deliveries (web_subscription_id) where (web_subscription_id is not null);
@@ -323,7 +328,7 @@ grant execute on function app.device_json(app.devices) to authenticated;
 create function app.take_push_deliveries(batch integer, lease interval)
 returns table (id bigint, device_token text, apns_environment text, endpoint text, p256dh text, auth text,
                notification_id text, type text, title text, body text, url text, todo_id text, hidden boolean,
-               badge integer, attempts integer, first_attempt_at timestamptz)
+               badge integer, attempts integer, first_attempt_at timestamptz, lease_id uuid)
 language sql
 volatile
 security definer
@@ -336,9 +341,9 @@ as $$
     limit batch
     for update of d skip locked
   ), leased as (
-    update app.push_deliveries d set next_attempt_at = now() + lease, leased_at = now()
+    update app.push_deliveries d set next_attempt_at = now() + lease, leased_at = now(), lease_id = gen_random_uuid()
     from due where d.id = due.id
-    returning d.id, d.notification_id, d.device_token, d.web_subscription_id, d.attempts, d.first_attempt_at
+    returning d.id, d.notification_id, d.device_token, d.web_subscription_id, d.attempts, d.first_attempt_at, d.lease_id
   )
   select l.id, l.device_token, dv.apns_environment, w.endpoint, w.p256dh, w.auth,
          app.to_public_id('notif', n.id), n.type, n.title,
@@ -355,7 +360,7 @@ as $$
            or (n.todo_id is not null and not app.can_see_member_content(t.user_id, n.user_id))
            or (n.comment_id is not null and not app.can_see_comment(t.user_id, c.user_id, n.user_id)),
          (select count(*)::integer from app.notifications u where u.user_id = n.user_id and not u.read and not u.hidden),
-         l.attempts, l.first_attempt_at
+         l.attempts, l.first_attempt_at, l.lease_id
   from leased l
   join app.notifications n on n.id = l.notification_id
   left join app.todos t on t.id = n.todo_id
@@ -364,10 +369,10 @@ as $$
   left join app.web_push_subscriptions w on w.id = l.web_subscription_id
 $$;
 comment on function app.take_push_deliveries(integer, interval) is
-  'The push worker''s claim, as app.take_webhook_deliveries: up to `batch` due deliveries leased for `lease` in one statement that commits at once (sends happen outside any transaction; a worker that dies leaves them due again when the lease ends: at least once). Returns what the push needs: the target, the notification''s display fields, the badge (the recipient''s unread count now), and hidden: true when the push is to be dropped unsent (the notification was withdrawn, the recipient turned its type''s mobile push off after it was queued, or may no longer see the todo or comment it is about). The body is the todo''s or comment''s text as it is at the send, not when queued: a retry hours later must not repeat what an edit took back.';
+  'The push worker''s claim, as app.take_webhook_deliveries: up to `batch` due deliveries leased for `lease` in one statement that commits at once (sends happen outside any transaction; a worker that dies leaves them due again when the lease ends: at least once), each with a new lease_id, the fence app.record_push_attempt checks. Returns what the push needs: the target, the notification''s display fields, the badge (the recipient''s unread count now), and hidden: true when the push is to be dropped unsent (the notification was withdrawn, the recipient turned its type''s mobile push off after it was queued, or may no longer see the todo or comment it is about). The body is the todo''s or comment''s text as it is at the send, not when queued: a retry hours later must not repeat what an edit took back.';
 
-create function app.record_push_attempt(delivery bigint, outcome text, response_status integer, error text, retry_at timestamptz)
-returns void
+create function app.record_push_attempt(delivery bigint, lease uuid, outcome text, response_status integer, error text, retry_at timestamptz)
+returns boolean
 language plpgsql
 volatile
 security definer
@@ -376,9 +381,13 @@ as $$
 declare
   target app.push_deliveries;
 begin
-  select * into target from app.push_deliveries d where d.id = delivery;
+  -- Fenced: only the worker whose claim the row still carries records (locked until this
+  -- transaction ends, so no claim slips in between).
+  select * into target from app.push_deliveries d where d.id = delivery and d.lease_id = lease for update;
   if target.id is null then
-    return; -- its notification, device or subscription went meanwhile
+    -- Its notification, device or subscription went meanwhile, or its lease ran out and another
+    -- worker claimed it: that worker's outcome is the one that counts.
+    return false;
   end if;
   if outcome in ('delivered', 'dropped') then
     delete from app.push_deliveries d where d.id = delivery;
@@ -397,13 +406,15 @@ begin
            last_status = response_status,
            last_error = left(error, 500),
            status = case when outcome = 'retry' and retry_at is not null then 'pending' else 'failed' end,
-           next_attempt_at = case when outcome = 'retry' then retry_at end
+           next_attempt_at = case when outcome = 'retry' then retry_at end,
+           lease_id = null
      where d.id = delivery;
   end if;
+  return true;
 end;
 $$;
-comment on function app.record_push_attempt(bigint, text, integer, text, timestamptz) is
-  'Records one push attempt the worker made: delivered or dropped (hidden meanwhile) deletes the delivery; unregistered deletes the device token (unless it was registered again after the push was claimed, leased_at) or web subscription, and the delivery; retry keeps it pending until retry_at; failed keeps it as failed (a permanent refusal, or retries given up).';
+comment on function app.record_push_attempt(bigint, uuid, text, integer, text, timestamptz) is
+  'Records one push attempt the worker made under the claim `lease` (the lease_id app.take_push_deliveries gave it); false, and nothing written, when the row carries another claim''s lease id (its lease ran out and another worker took it: the fence, issue 28) or is gone. delivered or dropped (hidden meanwhile) deletes the delivery; unregistered deletes the device token (unless it was registered again after the push was claimed, leased_at) or web subscription, and the delivery; retry keeps it pending until retry_at; failed keeps it as failed (a permanent refusal, or retries given up: the worker stops after PUSH_MAX_ATTEMPTS tries).';
 
 create function app.prune_push_deliveries(older_than interval, batch integer)
 returns integer
@@ -423,6 +434,26 @@ as $$
 $$;
 comment on function app.prune_push_deliveries(interval, integer) is
   'Deletes up to `batch` failed push deliveries older than `older_than` (the worker asks once per drain: a week, 1000). Without it every push that could not be sent (APNs not configured, a permanent refusal, a day of failures) stayed forever, so the outbox grew with every notification times the recipient''s devices. Security definer: the worker''s role reads the outbox through definer functions only; one index range scan on the partial index of failed rows.';
+
+create function app.prune_notifications(older_than interval, batch integer)
+returns integer
+language sql
+volatile
+security definer
+set search_path = ''
+as $$
+  with gone as (
+    delete from app.notifications n
+    where n.id in (select o.id from app.notifications o
+                   where (o.read or o.hidden) and o.created_at < now() - older_than
+                   order by o.created_at limit batch)
+    returning 1
+  )
+  select count(*)::integer from gone
+$$;
+comment on function app.prune_notifications(interval, integer) is
+  'The retention of spent notifications (issue 28): deletes up to `batch` notifications older than `older_than` that are read, or hidden (their cause withdrawn), with whatever of their pushes is left (on delete cascade). Unread ones stay, whatever their age: the member has not seen them. The storage worker calls it every minute (functions/lib/maintenance.ts: 90 days, 1,000 a statement, 10 statements a run at most). A cause withdrawn and given again after that is a new notification, with its push. One range of the partial index notifications_spent_idx: never a scan of the table. Security definer: members never delete notifications.';
+grant execute on function app.prune_notifications(interval, integer) to service_role;
 
 create function app.store_apns_provider_token(key_id text, team_id text, token text, refresh_after interval)
 returns text

@@ -2,10 +2,12 @@
 // 127.0.0.1, that check what a real one checks:
 // - APNs: HTTP/2 over TLS with a self-signed certificate (made with openssl for 127.0.0.1); the
 //   provider token's ES256 signature (against the public half of the test's key), kid and iss;
-//   the headers apns-push-type, apns-topic, apns-id; the JSON payload. Answers as told.
+//   the headers apns-push-type, apns-topic, apns-id; the JSON payload, and its size: over 4096
+//   bytes is 413 PayloadTooLarge, as Apple answers. Otherwise answers as told.
 // - Web Push: plain HTTP (tests run with WEBHOOK_ALLOW_PRIVATE's allowance); the VAPID JWT
 //   (ES256, against the k= public key), and the body decrypted with http_ece (RFC 8291,
-//   aes128gcm) with the subscription's private key and auth secret.
+//   aes128gcm) with the subscription's private key and auth secret. A body over 4096 bytes is
+//   413, as push services answer (RFC 8030 section 7.2).
 import { execFileSync } from 'node:child_process'
 import { createECDH, createPublicKey, generateKeyPairSync, randomBytes, randomUUID } from 'node:crypto'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
@@ -24,6 +26,8 @@ export interface ApnsPush {
   jwt: { kid: string | undefined; iss: string | undefined; iat: number | undefined; raw: string }
   /** Why the stand-in found the request wrong, or null. */
   problem: string | null
+  /** The payload's size in bytes, as sent. */
+  bytes: number
 }
 
 /** `body: 'endless'`: after the status, a body that never ends (64 KiB every few ms until the client goes). */
@@ -91,14 +95,21 @@ export async function startApnsStandIn() {
       if (flat['apns-topic'] !== config.topic) problem = 'apns-topic'
       if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(flat['apns-id'] ?? '')) problem = 'apns-id'
       let payload: any = null
+      const rawBody = Buffer.concat(chunks)
       try {
-        payload = JSON.parse(Buffer.concat(chunks).toString('utf8'))
+        payload = JSON.parse(rawBody.toString('utf8'))
       } catch {
         problem = 'payload is not JSON'
       }
-      const push: ApnsPush = { token: path.split('/').pop()!, headers: flat, payload, jwt, problem }
+      const push: ApnsPush = { token: path.split('/').pop()!, headers: flat, payload, jwt, problem, bytes: rawBody.length }
       pushes.push(push)
       for (const wake of waiters.splice(0)) wake()
+      if (rawBody.length > 4096) {
+        push.problem = `payload of ${rawBody.length} bytes`
+        stream.respond({ ':status': 413 })
+        stream.end(JSON.stringify({ reason: 'PayloadTooLarge' }))
+        return
+      }
       if (problem) {
         stream.respond({ ':status': 400 })
         stream.end(JSON.stringify({ reason: 'BadRequest', problem }))
@@ -184,7 +195,8 @@ export async function startWebPushService() {
       if (!headers.ttl) problem = 'no TTL'
       const entry: WebPushReceived = { path: req.url ?? '/', headers, body: Buffer.concat(chunks), vapid, problem }
       received.push(entry)
-      res.statusCode = problem ? 400 : answer(entry, received.length - 1)
+      if (entry.body.length > 4096) entry.problem = `body of ${entry.body.length} bytes`
+      res.statusCode = entry.body.length > 4096 ? 413 : problem ? 400 : answer(entry, received.length - 1)
       res.end()
     })
   })
