@@ -189,6 +189,7 @@ async function patsState() {
       (select count(*) from app.reactions r join app.users u on u.id = r.user_id where u.username = 'pat')::int as reactions,
       (select jsonb_agg(jsonb_build_array(p.name, p.privacy) order by p.id) from app.projects p join app.users u on u.id = p.owner_id where u.username = 'pat') as projects,
       (select jsonb_agg(jsonb_build_array(w.url, w.active) order by w.id) from app.webhook_subscriptions w join app.users u on u.id = w.user_id where u.username = 'pat') as hooks,
+      (select jsonb_agg(k.secret order by w.id) from app.webhook_secrets k join app.webhook_subscriptions w on w.id = k.subscription_id join app.users u on u.id = w.user_id where u.username = 'pat') as hook_secrets,
       (select count(*) from app.exports e join app.users u on u.id = e.user_id where u.username = 'pat')::int as exports,
       (select count(*) from app.devices d join app.users u on u.id = d.user_id where u.username = 'pat')::int as devices,
       (select count(*) from app.messages m join app.conversation_members cm on cm.conversation_id = m.conversation_id join app.users u on u.id = cm.user_id where u.username = 'pat')::int as messages,

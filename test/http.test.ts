@@ -131,6 +131,7 @@ describe('OpenAPI and docs', () => {
       'GET /v1/conversations/{conversation_id}/messages', 'POST /v1/conversations/{conversation_id}/messages',
       'POST /v1/conversations/{conversation_id}/reading', 'POST /v1/messages/{message_id}/reactions', 'DELETE /v1/messages/{message_id}/reactions/{content}',
       'GET /v1/webhooks/subscriptions', 'POST /v1/webhooks/subscriptions', 'PATCH /v1/webhooks/subscriptions/{subscription_id}', 'DELETE /v1/webhooks/subscriptions/{subscription_id}',
+      'POST /v1/webhooks/subscriptions/{subscription_id}/secret',
       'DELETE /v1/account', 'GET /v1/billing', 'POST /v1/exports', 'GET /v1/exports', 'GET /v1/exports/{export_id}',
       'GET /oauth/authorize', 'POST /oauth/authorize', 'POST /oauth/login', 'POST /oauth/token', 'POST /oauth/introspect', 'POST /oauth/revoke',
       'GET /oauth/token/info', 'GET /.well-known/oauth-authorization-server',

@@ -273,6 +273,87 @@ function spawnWorker() {
   }
 }
 
+describe('secret rotation (issue 28)', () => {
+  it('POST …/secret returns a new secret; for 24 hours deliveries carry both signatures (standardwebhooks verifies each), then only the new one; owner only', async () => {
+    answerOk()
+    const sub = await subscribe(alice, '/rotated')
+    const rotate = (id: string, auth: string) => world.post(`/v1/webhooks/subscriptions/${id}/secret`, { auth })
+    // Only the owner, with a writing credential: another member and an unknown id get 404, as
+    // the other subscription routes answer; a read-only key 403. None of them changes the secret.
+    const other = await world.createUser('rotstranger')
+    expect((await rotate(sub.id, other.api_key)).status).toBe(404)
+    expect((await rotate(`hook_${'0'.repeat(32)}`, alice.api_key)).status).toBe(404)
+    expect((await rotate(sub.id, alice.read_only_api_key)).status).toBe(403)
+    const [unchanged] = await world.sql`select secret, previous_secret from app.webhook_secrets where subscription_id = app.from_public_id('hook', ${sub.id})`
+    expect({ ...unchanged }).toEqual({ secret: sub.secret, previous_secret: null })
+
+    const rotated = await rotate(sub.id, alice.api_key)
+    expect(rotated.status, rotated.text).toBe(200)
+    expect(rotated.body).toMatchObject({ id: sub.id, url: `${receiver.url}/rotated`, active: true })
+    expect(rotated.body.secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/)
+    expect(rotated.body.secret).not.toBe(sub.secret)
+    expect(Date.parse(rotated.body.previous_secret_expires_at) - Date.now()).toBeGreaterThan(23 * 3_600_000)
+    // Shown once: the list does not carry it.
+    expect(JSON.stringify((await world.get('/v1/webhooks/subscriptions', { auth: alice.api_key })).body)).not.toContain(rotated.body.secret)
+
+    const start = receiver.received.length
+    const both = await postTodo(alice, 'signed with both secrets')
+    await world.drainWebhooks(FAST)
+    const [request] = (await receiver.waitFor(start + 1)).slice(start)
+    expect(request!.headers['webhook-signature']!.split(' ')).toHaveLength(2)
+    for (const secret of [rotated.body.secret as string, sub.secret]) {
+      const verified = new Webhook(secret).verify(request!.body, request!.headers) as { data: { id: string } }
+      expect(verified.data.id).toBe(both.id)
+    }
+
+    // The 24 hours are over: only the new secret signs.
+    await world.sql`update app.webhook_secrets set previous_expires_at = now() - interval '1 second' where subscription_id = app.from_public_id('hook', ${sub.id})`
+    const after = await postTodo(alice, 'signed with the new secret only')
+    await world.drainWebhooks(FAST)
+    const [later] = (await receiver.waitFor(start + 2)).slice(start + 1)
+    expect(later!.headers['webhook-signature']!.split(' ')).toHaveLength(1)
+    expect((new Webhook(rotated.body.secret).verify(later!.body, later!.headers) as { data: { id: string } }).data.id).toBe(after.id)
+    expect(() => new Webhook(sub.secret).verify(later!.body, later!.headers)).toThrow()
+
+    // Rotating twice within the 24 hours keeps the two newest: never more than two signatures.
+    const third = await rotate(sub.id, alice.api_key)
+    const fourth = await rotate(sub.id, alice.api_key)
+    expect(fourth.status).toBe(200)
+    await postTodo(alice, 'rotated twice')
+    await world.drainWebhooks(FAST)
+    const [last] = (await receiver.waitFor(start + 3)).slice(start + 2)
+    expect(last!.headers['webhook-signature']!.split(' ')).toHaveLength(2)
+    expect(() => new Webhook(fourth.body.secret).verify(last!.body, last!.headers)).not.toThrow()
+    expect(() => new Webhook(third.body.secret).verify(last!.body, last!.headers)).not.toThrow()
+    expect(() => new Webhook(rotated.body.secret).verify(last!.body, last!.headers)).toThrow()
+
+    // Documented in the OpenAPI document.
+    const doc = (await world.get('/v1/openapi.json')).body
+    expect(Object.keys(doc.paths['/v1/webhooks/subscriptions/{subscription_id}/secret'] ?? {})).toEqual(['post'])
+    await unsubscribe(alice, sub.id)
+  })
+})
+
+describe('retention (issue 28)', () => {
+  it('the storage worker prunes the delivery log after 30 days, events and their rows together; pending deliveries stay', async () => {
+    answerOk()
+    await subscribe(alice, '/retained')
+    const old = await postTodo(alice, 'delivered long ago')
+    const recent = await postTodo(alice, 'delivered lately')
+    await world.drainWebhooks(FAST)
+    const pending = await postTodo(alice, 'still pending, however old')
+    await world.sql`
+      update app.webhook_events set created_at = now() - interval '31 days'
+      where todo_id in (app.from_public_id('todo', ${old.id}), app.from_public_id('todo', ${pending.id}))`
+    const result = await world.maintain()
+    expect(result.prunedWebhookEvents).toBe(1)
+    expect((await deliveries()).map((d) => `${d.todo_id} ${d.status}`).sort()).toEqual([`${recent.id} delivered`, `${pending.id} pending`].sort())
+    expect((await world.sql`select 1 from app.webhook_events where todo_id = app.from_public_id('todo', ${old.id})`).length).toBe(0)
+    // The todo itself is untouched: only what was sent about it goes.
+    expect((await world.get(`/v1/todos/${old.id}`, { auth: alice.api_key })).status).toBe(200)
+  })
+})
+
 describe('at least once, never twice at once', () => {
   it('a worker process killed (kill -9) mid-delivery: a restarted worker sends it again with the same webhook-id', async () => {
     await subscribe(alice, '/crash')

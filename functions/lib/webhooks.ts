@@ -218,6 +218,17 @@ export async function signWebhook(secret: string, id: string, timestampSeconds: 
   return `v1,${base64(new Uint8Array(mac))}`
 }
 
+/**
+ * The webhook-signature header for `secrets`: the signing secret, or while a rotation's 24 hours
+ * last the new and the previous one, space-separated (app.take_webhook_deliveries). One `v1,…`
+ * signature per secret, space-separated, the new one first: Standard Webhooks verifiers accept a
+ * delivery when any of them matches their secret.
+ */
+export async function webhookSignatures(secrets: string, id: string, timestampSeconds: number, body: string): Promise<string> {
+  const each = secrets.split(' ').filter((secret) => secret !== '')
+  return (await Promise.all(each.map((secret) => signWebhook(secret, id, timestampSeconds, body)))).join(' ')
+}
+
 // ---------------------------------------------------------------------------------------------
 // Retries
 // ---------------------------------------------------------------------------------------------
@@ -263,6 +274,7 @@ interface Claimed {
   todo_id: string
   webhook_id: string
   url: string
+  /** The signing secret; while a rotation's 24 hours last, then a space and the previous one. */
   secret: string
   body: string
   attempts: number
@@ -360,7 +372,7 @@ export function startDrain(sql: Sql, send: WebhookSender, options: DrainOptions 
           'user-agent': 'todo-sharing-webhooks/1',
           'webhook-id': row.webhook_id,
           'webhook-timestamp': String(timestamp),
-          'webhook-signature': await signWebhook(row.secret, row.webhook_id, timestamp, row.body),
+          'webhook-signature': await webhookSignatures(row.secret, row.webhook_id, timestamp, row.body),
         },
       })
       // A sender that does not heed the signal is not waited for once the request is cut short.

@@ -15,6 +15,13 @@ export const CreatedWebhookSubscriptionSchema = WebhookSubscriptionSchema.extend
   secret: z.string().openapi({ description: 'The Standard Webhooks signing secret (whsec_…). Shown only in this response.' }),
 }).openapi('CreatedWebhookSubscription')
 
+export const RotatedWebhookSubscriptionSchema = WebhookSubscriptionSchema.extend({
+  secret: z.string().openapi({ description: 'The new Standard Webhooks signing secret (whsec_…). Shown only in this response.' }),
+  previous_secret_expires_at: z.string().datetime({ offset: true }).openapi({
+    description: 'Until then (24 hours) every delivery is signed with both secrets: webhook-signature carries two space-separated `v1,` signatures, the new secret’s first. Then only the new one.',
+  }),
+}).openapi('RotatedWebhookSubscription')
+
 const url = z.string({ error: 'url must be a string' }).openapi({ description: 'Absolute https URL the deliveries are POSTed to.' })
 const eventType = z.string({ error: 'event_type must be a string' }).openapi({ description: 'Only `new_todo`.' })
 
@@ -71,4 +78,14 @@ export const deleteSubscription = createRoute({
   summary: 'Delete a webhook subscription',
   request: { params: SubscriptionParam },
   responses: { 204: NoContent, ...errors(401, 403, 404) },
+})
+
+export const rotateSecret = createRoute({
+  method: 'post',
+  path: '/v1/webhooks/subscriptions/{subscription_id}/secret',
+  tags: ['Webhooks'],
+  summary: 'Rotate the signing secret',
+  description: 'A new signing secret, shown only in this response. For 24 hours (`previous_secret_expires_at`) deliveries are signed with both the new and the previous secret (Standard Webhooks: several space-separated `v1,` signatures in webhook-signature; a verifier accepts the delivery when one matches), so the receiver can switch to the new secret without missing a delivery. Rotating again within the 24 hours drops the oldest secret: two signatures at most. 404 for another member’s or an unknown id. (An addition to SPEC 1.4.0.)',
+  request: { params: SubscriptionParam },
+  responses: { 200: jsonContent(RotatedWebhookSubscriptionSchema, 'The subscription and its new signing secret'), ...errors(401, 403, 404) },
 })

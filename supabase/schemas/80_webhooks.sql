@@ -42,11 +42,15 @@ create unique index webhook_subscriptions_user_id_url_key on app.webhook_subscri
 -- webhook_subscriptions_user_id_idx; an index of a popular host held 100,000 members' rows.)
 
 create table app.webhook_secrets (
-  subscription_id uuid primary key references app.webhook_subscriptions(id) on delete cascade,
-  secret          text not null
+  subscription_id     uuid primary key references app.webhook_subscriptions(id) on delete cascade,
+  secret              text not null,
+  previous_secret     text,
+  previous_expires_at timestamptz
 );
 comment on table app.webhook_secrets is
   'The Standard Webhooks signing secret (whsec_ + base64 of 32 random bytes) of each subscription. Retrievable, unlike API keys, because the worker signs with it; shown to the member once, in the create response. RLS on and no grant: only the database owner (the worker) and security definer functions read it. No policy and no grant: members never read a secret; app.new_webhook_secret writes it.';
+comment on column app.webhook_secrets.previous_secret is
+  'The secret a rotation replaced (POST /v1/webhooks/subscriptions/{id}/secret, app.rotate_webhook_secret): deliveries carry its signature beside the new one until previous_expires_at (24 hours), as Standard Webhooks allows several space-separated signatures, so a receiver can move to the new secret without a delivery it cannot verify. A second rotation replaces it: two secrets at most.';
 
 create table app.webhook_events (
   todo_id    uuid primary key references app.todos(id) on delete cascade,
@@ -55,6 +59,9 @@ create table app.webhook_events (
 );
 comment on table app.webhook_events is
   'The body every delivery of a new todo sends ({type, timestamp, data: the Todo as its owner saw it at creation}), stored once per todo however many subscriptions match: three copies of a 2–3 KB document cost a subscribed member''s POST more than everything else the outbox does (docs/performance.md). Gone with its todo. No policy and no grant: the trigger writes, the worker reads.';
+
+-- Pruning the delivery log by age, oldest first (app.prune_webhook_deliveries).
+create index webhook_events_created_at_idx on app.webhook_events (created_at);
 
 create table app.webhook_deliveries (
   subscription_id  uuid references app.webhook_subscriptions(id) on delete cascade,
@@ -206,6 +213,35 @@ $$;
 comment on function app.new_webhook_secret(uuid) is
   'Creates and returns the signing secret of the member''s own new subscription (once: a second call hits the primary key). 32 bytes from two gen_random_uuid() (pg_strong_random; 244 random bits), base64, whsec_ prefix as Standard Webhooks expects. Security definer because members have no grant on app.webhook_secrets.';
 grant execute on function app.new_webhook_secret(uuid) to authenticated;
+
+create function app.rotate_webhook_secret(subscription_id uuid)
+returns text
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  fresh text := 'whsec_' || encode(decode(
+    replace(gen_random_uuid()::text, '-', '') || replace(gen_random_uuid()::text, '-', ''), 'hex'), 'base64');
+begin
+  if not (select app.can_write()) then
+    perform app.http_error(403, 'Rotating a signing secret needs a read-write API key or the write scope.');
+  end if;
+  update app.webhook_secrets k
+     set previous_secret = k.secret, previous_expires_at = now() + interval '24 hours', secret = fresh
+   where k.subscription_id = rotate_webhook_secret.subscription_id
+     and exists (select 1 from app.webhook_subscriptions s
+                 where s.id = rotate_webhook_secret.subscription_id and s.user_id = (select auth.uid()));
+  if not found then
+    perform app.http_error(404, 'No webhook subscription matches.');
+  end if;
+  return fresh;
+end;
+$$;
+comment on function app.rotate_webhook_secret(uuid) is
+  'Gives the member''s own subscription a new signing secret (made as app.new_webhook_secret makes one) and keeps the one it replaces for 24 hours (previous_secret), during which every delivery is signed with both; returns the new one. A second rotation within the 24 hours drops the oldest: at most two signatures per delivery. 404 for a subscription that is not the member''s (as the other subscription routes), 403 for a credential that cannot write. Security definer because members have no grant on app.webhook_secrets.';
+grant execute on function app.rotate_webhook_secret(uuid) to authenticated;
 
 create function app.take_webhook_deliveries(batch integer, lease interval, slots integer default 20, slow_after interval default '2 seconds', host_cap integer default 8,
   member_cap integer default null, unproven_cap integer default null)
@@ -389,7 +425,11 @@ begin
      where q.subscription_id = any (subscriptions);
   end if;
   return query
-    select c.subscription_id, c.todo_id, app.webhook_id(c.subscription_id, c.todo_id), s.url, k.secret, e.payload::text, d.attempts, d.first_attempt_at
+    -- secret: the signing secret, and while a rotation's 24 hours last the previous one after a
+    -- space (a whsec_ secret has none): the worker signs with each (functions/lib/webhooks.ts).
+    select c.subscription_id, c.todo_id, app.webhook_id(c.subscription_id, c.todo_id), s.url,
+           case when k.previous_expires_at > now() then k.secret || ' ' || k.previous_secret else k.secret end,
+           e.payload::text, d.attempts, d.first_attempt_at
       from unnest(subscriptions, todos) with ordinality c(subscription_id, todo_id, n)
       join app.webhook_deliveries d on d.subscription_id = c.subscription_id and d.todo_id = c.todo_id
       join app.webhook_events e on e.todo_id = c.todo_id
@@ -399,7 +439,7 @@ begin
 end;
 $$;
 comment on function app.take_webhook_deliveries(integer, interval, integer, interval, integer, integer, integer) is
-  'The worker''s claim: up to `batch` due deliveries, leased for `lease` (their next_attempt_at moved past the send) in one short statement that commits at once. Fair (issue 25): subscriptions are taken in turn (app.webhook_queue: one delivery each per round, then to the back); across all workers (app.webhook_leases) one member has at most a quarter of the calling drain''s `slots` in flight, and at most host_cap to one host; deliveries to (member, host) pairs not known to answer (app.webhook_breakers: never answered, or failing) hold at most half of the slots together; nothing goes to a pair whose breaker is open (one probe when half-open). Breakers and caps are per member and host, so that members sharing a receiving host (hooks.slack.com) share no fate there. The worker keeps a request in a slot for slow_after at most (functions/lib/webhooks.ts): the unproven half counts leases claimed more recently than that. A million pending deliveries of one subscription cost a claim one index probe. Why a lease and not a lock held while sending: a transaction open for a slow receiver kept every row of its batch locked, so other members'' todo deletions and switch-offs waited on it and failed (503). Claims are serialized (an advisory lock) so the caps count exactly; rows on lease are not due, so no delivery is sent twice at once as long as the lease outlasts a send (the worker makes it so); a worker that dies leaves its rows due again when the lease ends, with the same webhook-id (at least once). The defaults are the worker''s numbers (functions/lib/webhooks.ts), which passes its own; member_cap and unproven_cap replace the shares where a test needs them out of its way.';
+  'The worker''s claim: up to `batch` due deliveries, leased for `lease` (their next_attempt_at moved past the send) in one short statement that commits at once. Fair (issue 25): subscriptions are taken in turn (app.webhook_queue: one delivery each per round, then to the back); across all workers (app.webhook_leases) one member has at most a quarter of the calling drain''s `slots` in flight, and at most host_cap to one host; deliveries to (member, host) pairs not known to answer (app.webhook_breakers: never answered, or failing) hold at most half of the slots together; nothing goes to a pair whose breaker is open (one probe when half-open). Breakers and caps are per member and host, so that members sharing a receiving host (hooks.slack.com) share no fate there. The worker keeps a request in a slot for slow_after at most (functions/lib/webhooks.ts): the unproven half counts leases claimed more recently than that. A million pending deliveries of one subscription cost a claim one index probe. Why a lease and not a lock held while sending: a transaction open for a slow receiver kept every row of its batch locked, so other members'' todo deletions and switch-offs waited on it and failed (503). Claims are serialized (an advisory lock) so the caps count exactly; rows on lease are not due, so no delivery is sent twice at once as long as the lease outlasts a send (the worker makes it so); a worker that dies leaves its rows due again when the lease ends, with the same webhook-id (at least once). The defaults are the worker''s numbers (functions/lib/webhooks.ts), which passes its own; member_cap and unproven_cap replace the shares where a test needs them out of its way. secret is the signing secret, followed by the previous one (space-separated) while a rotation''s 24 hours last (app.rotate_webhook_secret).';
 
 create function app.record_webhook_attempt(subscription uuid, todo uuid, response_status integer, error text, retry_at timestamptz, disable_reason text,
   breaker_after integer default 5, cooldown interval default '30 seconds', max_cooldown interval default '10 minutes', give_up interval default '3 days')
@@ -520,6 +560,29 @@ $$;
 comment on function app.disable_webhook_subscription(uuid, text) is
   'Turns a subscription off and fails its pending deliveries (a receiver that is gone gets nothing more). Called by the worker (no member: any subscription) on 410 and after about three days of failures, and by PATCH active=false (a member: only their own).';
 grant execute on function app.disable_webhook_subscription(uuid, text) to authenticated;
+
+create function app.prune_webhook_deliveries(older_than interval, batch integer)
+returns integer
+language sql
+volatile
+security definer
+set search_path = ''
+as $$
+  with gone as (
+    delete from app.webhook_events e
+    where e.todo_id in (
+      select o.todo_id from app.webhook_events o
+      where o.created_at < now() - older_than
+        and not exists (select 1 from app.webhook_deliveries d where d.todo_id = o.todo_id and d.status = 'pending')
+      order by o.created_at
+      limit batch)
+    returning 1
+  )
+  select count(*)::integer from gone
+$$;
+comment on function app.prune_webhook_deliveries(interval, integer) is
+  'The delivery log''s retention (issue 28): deletes up to `batch` new-todo events older than `older_than` whose deliveries are all over (delivered or failed; none pending), and with them (on delete cascade) their delivery log rows, one per subscription. The storage worker calls it every minute (functions/lib/maintenance.ts: 30 days, 1,000 events a statement, 10 statements a run at most). Without it every todo of a subscribed member left its 2–3 KB body and a log row per subscription forever. One range of the index on created_at, and a probe of webhook_deliveries_todo_id_idx per event: never a scan of the log, whatever its size. Security definer: only the worker''s functions touch the outbox.';
+grant execute on function app.prune_webhook_deliveries(interval, integer) to service_role;
 
 -- ============================================================================
 -- Row-level security and grants
@@ -814,6 +877,30 @@ $$;
 comment on function api.webhook_subscription_delete(text) is
   'DELETE /v1/webhooks/subscriptions/{id}: 204; its secret and delivery log go with it (on delete cascade), so nothing more is sent. 404 for another member''s or an unknown id.';
 grant execute on function api.webhook_subscription_delete(text) to authenticated;
+
+create function api.webhook_subscription_rotate_secret(subscription_ref text)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  target app.webhook_subscriptions;
+  fresh text;
+begin
+  select * into target from app.webhook_subscriptions s
+  where s.id = app.from_public_id('hook', subscription_ref) and s.user_id = (select auth.uid());
+  if target.id is null then
+    perform app.http_error(404, 'No webhook subscription matches.');
+  end if;
+  fresh := app.rotate_webhook_secret(target.id);
+  return app.webhook_subscription_json(target)
+    || jsonb_build_object('secret', fresh, 'previous_secret_expires_at', now() + interval '24 hours');
+end;
+$$;
+comment on function api.webhook_subscription_rotate_secret(text) is
+  'POST /v1/webhooks/subscriptions/{id}/secret: a new signing secret, shown only in this response; for 24 hours (previous_secret_expires_at) deliveries carry signatures with both the new and the previous secret (app.rotate_webhook_secret). 404 for another member''s or an unknown id. No rate limit: it grows no table (the row is rewritten), and only the member''s own deliveries are signed with what it writes.';
+grant execute on function api.webhook_subscription_rotate_secret(text) to authenticated;
 
 -- ============================================================================
 -- Production: Supabase Cron drains the outbox
