@@ -9,7 +9,7 @@ import { createSql } from '../functions/lib/sql.ts'
 import { createServer } from 'node:http'
 import { supabaseStorage } from '../functions/lib/supabase-storage.ts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { EXPORT_PAGE_SIZE, runExports } from '../functions/lib/exports.ts'
+import { EXPORT_PAGE_SIZE, EXPORT_SECTIONS, runExports } from '../functions/lib/exports.ts'
 import { type CreatedUser, JWT_SECRET, type TestWorld, WORKER_SECRET, startWorld } from './support/app.ts'
 
 let world: TestWorld
@@ -361,6 +361,65 @@ describe('an old account in a large database', () => {
       await tx`delete from app.todos where user_id in (app.from_public_id('user', ${busy.id}), app.from_public_id('user', ${old.id}))`
     })
   }, 180_000)
+})
+
+describe('resumable exports (issue 28)', () => {
+  it('an export is built in chunks of a few rows over many passes, survives a worker dying mid-way, and comes out whole and in order', async () => {
+    const chunky = await world.createUser('chunky', '--first-name', 'Chunky')
+    const bodies = Array.from({ length: 8 }, (_, i) => `chunky todo ${i + 1}`)
+    const todos: { id: string }[] = []
+    for (const body of bodies) {
+      const posted = await world.post('/v1/todos', { auth: chunky.api_key, json: { body } })
+      expect(posted.status).toBe(201)
+      todos.push(posted.body)
+    }
+    expect((await world.post('/v1/comments', { auth: chunky.api_key, json: { commentable_type: 'Todo', commentable_id: todos[0]!.id, body: 'a comment' } })).status).toBe(201)
+    expect((await world.post('/v1/reactions', { auth: chunky.api_key, json: { reactable_type: 'Todo', reactable_id: todos[1]!.id } })).status).toBe(201)
+    await world.runExports() // nothing else pending
+    const created = await world.post('/v1/exports', { auth: chunky.api_key })
+    const id = created.body.id as string
+    const state = async () => (await world.sql`
+      select e.status, e.chunks, e.attempts, e.claim is null as parked,
+             (select count(*)::int from app.export_chunks c where c.export_id = e.id) as stored
+      from app.exports e where e.id = app.from_public_id('exp', ${id})`)[0]
+
+    // A pass whose time is spent builds one chunk (at most 3 rows here), stores it with its
+    // progress and stops: the export stays running, unclaimed, for the next pass.
+    const pass = () => world.runExports({ chunkRows: 3, budgetMs: 0 })
+    expect(await pass()).toMatchObject({ ready: 0, chunks: 1, parked: 1 })
+    expect(await state()).toMatchObject({ status: 'running', chunks: 1, attempts: 1, parked: true, stored: 1 })
+    expect((await world.get(`/v1/exports/${id}`, { auth: chunky.api_key })).body).toMatchObject({ status: 'running', url: null })
+    expect(await pass()).toMatchObject({ ready: 0, chunks: 1, parked: 1 })
+    expect(await state()).toMatchObject({ chunks: 2, attempts: 1 })
+
+    // A worker takes the export up (going on with a parked export is no new attempt) and dies
+    // before its chunk is stored: once its lease ends, the next pass goes on from the two
+    // chunks stored, as a second attempt.
+    const [dead] = await world.sql`select * from app.claim_export(interval '1 hour', 3)`
+    expect(dead).toMatchObject({ attempts: 1, progress: expect.objectContaining({ section: 0, open: true }) })
+    expect(await pass()).toMatchObject({ chunks: 0 }) // still leased: nobody else takes it
+    await world.sql`update app.exports set lease_until = now() - interval '1 second' where id = ${dead!.export_id}`
+
+    let passes = 0
+    let largest = 0
+    for (; passes < 40 && (await state())!.status !== 'ready'; passes++) largest = Math.max(largest, (await pass()).largestPage)
+    expect(largest).toBeLessThanOrEqual(3)
+    expect(passes).toBeGreaterThan(2)
+    expect(await state()).toMatchObject({ status: 'ready', attempts: 2, chunks: 0, stored: 0 })
+    const ready = await world.get(`/v1/exports/${id}`, { auth: chunky.api_key })
+    const chunked = JSON.parse((await download(ready.body.url)).text)
+    expect(Object.keys(chunked)).toEqual(['format', 'version', 'export_id', 'exported_at', 'profile', ...EXPORT_SECTIONS])
+    expect(chunked.todos.map((t: { body: string }) => t.body)).toEqual(bodies)
+
+    // The same archive as one uninterrupted pass writes (but for its id and time).
+    const again = await world.post('/v1/exports', { auth: chunky.api_key })
+    expect((await world.runExports()).ready).toBe(1)
+    const whole = JSON.parse((await download((await world.get(`/v1/exports/${again.body.id}`, { auth: chunky.api_key })).body.url)).text)
+    const strip = (a: Record<string, unknown>) => ({ ...a, export_id: null, exported_at: null })
+    expect(strip(chunked)).toEqual(strip(whole))
+    expect(chunked.comments).toHaveLength(1)
+    expect(chunked.reactions).toHaveLength(1)
+  })
 })
 
 describe('the archive shows of others only what the member may see', () => {

@@ -1,12 +1,17 @@
-// The export worker, the same on both platforms: claims a pending export with a lease
+// The export worker, the same on both platforms: claims an export with a lease
 // (app.claim_export), pages through the member's data with keyset queries (app.export_page,
-// EXPORT_PAGE_SIZE rows at a time) and streams the JSON archive to storage as it goes, so an
-// account with tens of thousands of todos is exported in bounded memory. Then it marks the
-// export ready for 24 hours: the API serves the archive at {base_url}/exports/{key} while the
-// export is live (functions/exports/exports.ts). A worker that dies leaves its
-// export running with a lease that runs out; the next claim takes it again (at most
-// EXPORT_MAX_ATTEMPTS attempts, then `failed`). `npm start` runs it on a timer and after each
-// POST /v1/exports; on Supabase, Cron calls POST /internal/exports.
+// EXPORT_PAGE_SIZE rows at a time) and builds the JSON archive in chunks of at most
+// EXPORT_CHUNK_ROWS rows, each stored in the database with the progress after it
+// (app.save_export_chunk, issue 28). A pass stops adding chunks once its time (budgetMs) is
+// spent and leaves the export for the next pass (app.park_export), which goes on where it
+// stopped: no export depends on one invocation's wall clock (an edge function has 150 s), and a
+// worker that dies loses at most the chunk it was building. Once every section is written, one
+// pass streams the chunks in order into the archive in storage (a copy of bytes, one chunk in
+// memory at a time) and marks the export ready for 24 hours: the API serves the archive at
+// {base_url}/exports/{key} while the export is live (functions/exports/exports.ts). A worker
+// that dies leaves its export running with a lease that runs out; the next claim takes it again
+// (at most EXPORT_MAX_ATTEMPTS attempts, then `failed`). `npm start` runs it on a timer and after
+// each POST /v1/exports; on Supabase, Cron calls POST /internal/exports.
 import type { Sql } from 'postgres'
 import { type FileStorage, exportKey } from './storage.ts'
 
@@ -18,6 +23,11 @@ export const EXPORT_DOWNLOAD_SECONDS = 24 * 60 * 60
 export const EXPORT_MAX_ATTEMPTS = 3
 /** A claim lasts this long without a page read; every page renews it. */
 export const EXPORT_LEASE_SECONDS = 120
+/**
+ * Rows of the member's data in one chunk at most: what one stored step of an export holds
+ * (a few MB of JSON), and the most a pass goes past its time by.
+ */
+export const EXPORT_CHUNK_ROWS = 2_000
 
 /** The archive's sections after `profile`, in order: each a JSON array of the member's own rows. */
 export const EXPORT_SECTIONS = [
@@ -27,11 +37,17 @@ export const EXPORT_SECTIONS = [
 
 export interface ExportOptions {
   pageSize?: number
+  /** Rows per chunk at most (EXPORT_CHUNK_ROWS); tests make it a few rows. */
+  chunkRows?: number
   leaseSeconds?: number
   maxAttempts?: number
   /** How long a failed attempt waits before the next one. Default 60 s. */
   retryDelaySeconds?: number
-  /** Stop claiming new exports after this long (an edge function's wall clock). */
+  /**
+   * A pass's time (an edge function's wall clock): past it, no new claim and no new chunk; the
+   * export under way is left for the next pass. Each claim gets at least one chunk (or its
+   * archive written, when its chunks are all built), so a pass always makes progress.
+   */
   budgetMs?: number
   /** The {base_url} of attachment and todo URLs in the archive (the API's PUBLIC_URL). */
   publicUrl: string
@@ -47,13 +63,32 @@ export interface ExportRunResult {
   /** Pages read from the database, and the most rows any one of them held. */
   pages: number
   largestPage: number
+  /** Chunks built and stored. */
+  chunks: number
+  /** Exports left unfinished for the next pass (their time was spent). */
+  parked: number
 }
+
+/**
+ * Where an export's archive stands, saved with each chunk (app.exports.progress): the section
+ * being written (-1: nothing yet, the header and profile come first; EXPORT_SECTIONS.length + 1:
+ * all written), the cursor of its last row written, whether its array is open and has a row.
+ */
+interface Progress {
+  section: number
+  after: string | null
+  open: boolean
+  wrote: boolean
+}
+
+const DONE = EXPORT_SECTIONS.length + 1
 
 interface Claimed {
   export_id: string
   user_id: string
   claim: string
   attempts: number
+  progress: Progress | null
 }
 
 const encoder = new TextEncoder()
@@ -61,25 +96,54 @@ const encoder = new TextEncoder()
 /** Exports everything that is due (until none is or the budget is spent); expires old archives first. */
 export async function runExports(sql: Sql, storage: FileStorage, options: ExportOptions): Promise<ExportRunResult> {
   const pageSize = options.pageSize ?? EXPORT_PAGE_SIZE
+  const chunkRows = Math.max(1, options.chunkRows ?? EXPORT_CHUNK_ROWS)
   const leaseSeconds = options.leaseSeconds ?? EXPORT_LEASE_SECONDS
   const maxAttempts = options.maxAttempts ?? EXPORT_MAX_ATTEMPTS
   const deadline = Date.now() + (options.budgetMs ?? Number.POSITIVE_INFINITY)
-  const result: ExportRunResult = { ready: 0, retrying: 0, failed: 0, expired: 0, pages: 0, largestPage: 0 }
+  const result: ExportRunResult = { ready: 0, retrying: 0, failed: 0, expired: 0, pages: 0, largestPage: 0, chunks: 0, parked: 0 }
   const [expired] = await sql`select app.expire_exports() as n`
   result.expired = Number(expired?.n ?? 0)
   if (!storage.writeExport || !storage.exportResponse) return result
 
-  while (Date.now() < deadline) {
+  // At least one claim per pass, however short its time: each makes progress.
+  for (let first = true; first || Date.now() < deadline; first = false) {
     const [claimed] = await sql<Claimed[]>`
       select * from app.claim_export(make_interval(secs => ${leaseSeconds}), ${maxAttempts})`
     if (!claimed) break
-    const key = exportKey()
-    // Recorded before a byte is stored: if this process dies mid-write, the next claim queues
-    // whatever it left (half an archive, or a whole one never marked ready) for deletion.
-    const [started] = await sql`select app.export_file_started(${claimed.export_id}::uuid, ${claimed.claim}::uuid, ${key}) as ok`
-    if (!started?.ok) continue // another worker took it over already
+    let key: string | null = null
     try {
-      const size = await storage.writeExport(key, archive(sql, claimed, pageSize, leaseSeconds, options.publicUrl, result))
+      let progress: Progress = claimed.progress ?? { section: -1, after: null, open: false, wrote: false }
+      let built = 0
+      let held = true
+      // One chunk at least, then more while the pass has time.
+      while (progress.section !== DONE && (built === 0 || Date.now() < deadline)) {
+        const next = await buildChunk(sql, claimed, progress, pageSize, chunkRows, leaseSeconds, options.publicUrl, result)
+        const [saved] = await sql`
+          select app.save_export_chunk(${claimed.export_id}::uuid, ${claimed.claim}::uuid, ${next.text}::text, ${JSON.stringify(next.progress)}::jsonb,
+                                       make_interval(secs => ${leaseSeconds})) as ok`
+        if (!saved?.ok) {
+          held = false // another worker took it over
+          break
+        }
+        progress = next.progress
+        built++
+        result.chunks++
+      }
+      if (!held) continue
+      // The archive is written by a pass that still has time, or that built nothing (a pass
+      // given the export with every chunk built): otherwise the next pass does it.
+      if (progress.section !== DONE || (built > 0 && Date.now() >= deadline)) {
+        const [parked] = await sql`select app.park_export(${claimed.export_id}::uuid, ${claimed.claim}::uuid) as ok`
+        if (parked?.ok) result.parked++
+        continue
+      }
+      key = exportKey()
+      // Recorded before a byte is stored: if this process dies mid-write, the next claim queues
+      // whatever it left (half an archive, or a whole one never marked ready) for deletion.
+      const [started] = await sql`select app.export_file_started(${claimed.export_id}::uuid, ${claimed.claim}::uuid, ${key}) as ok`
+      if (!started?.ok) continue // another worker took it over already
+      const [counted] = await sql<{ chunks: number }[]>`select chunks from app.exports where id = ${claimed.export_id}::uuid`
+      const size = await storage.writeExport(key, archive(sql, claimed, Number(counted?.chunks ?? 0), leaseSeconds))
       // Downloadable at {base_url}/{key} until then (app.export_json), checked on every download.
       const expiresAt = new Date(Date.now() + EXPORT_DOWNLOAD_SECONDS * 1000)
       const [done] = await sql`
@@ -87,7 +151,7 @@ export async function runExports(sql: Sql, storage: FileStorage, options: Export
       if (done?.ok) result.ready++
       else await storage.deleteFiles([key]) // another worker took it over meanwhile
     } catch (err) {
-      await storage.deleteFiles([key]).catch(() => {})
+      if (key) await storage.deleteFiles([key]).catch(() => {})
       const [row] = await sql`
         select app.fail_export(${claimed.export_id}::uuid, ${claimed.claim}::uuid, ${(err as Error).message ?? String(err)}, ${maxAttempts},
                                make_interval(secs => ${options.retryDelaySeconds ?? 60})) as status`
@@ -100,53 +164,83 @@ export async function runExports(sql: Sql, storage: FileStorage, options: Export
 }
 
 /**
- * The archive as a stream that reads one page when storage asks for more (pull), so what is held
- * at once is one page, however large the account:
+ * The next chunk of the archive from `progress`: whole pages of the sections in order, at most
+ * chunkRows rows of the member's data (the header and profile with the first), and the progress
+ * after it. The archive is the chunks' texts one after another:
  * `{"format", "version", "export_id", "exported_at", "profile": {…}, "todos": [ … ], …}`.
  */
-function archive(sql: Sql, claimed: Claimed, pageSize: number, leaseSeconds: number, publicUrl: string, stats: ExportRunResult): ReadableStream<Uint8Array> {
-  async function page(section: string, after: string | null): Promise<{ cursor: string | null; item: string }[]> {
+async function buildChunk(
+  sql: Sql, claimed: Claimed, from: Progress, pageSize: number, chunkRows: number, leaseSeconds: number, publicUrl: string, stats: ExportRunResult,
+): Promise<{ text: string; progress: Progress }> {
+  async function page(section: string, after: string | null, size: number): Promise<{ cursor: string | null; item: string }[]> {
     const rows = await sql<{ cursor: string | null; item: string }[]>`
       select cursor, item::text as item
-      from app.export_page(${claimed.export_id}::uuid, ${claimed.claim}::uuid, ${section}, ${after}, ${pageSize}::integer, ${publicUrl},
+      from app.export_page(${claimed.export_id}::uuid, ${claimed.claim}::uuid, ${section}, ${after}, ${size}::integer, ${publicUrl},
                            make_interval(secs => ${leaseSeconds}))`
     stats.pages++
     stats.largestPage = Math.max(stats.largestPage, rows.length)
     return rows
   }
 
-  async function* parts(): AsyncGenerator<string> {
-    const [profile] = await page('profile', null)
+  const parts: string[] = []
+  let { section, after, open, wrote } = from
+  let rows = 0
+  if (section === -1) {
+    const [profile] = await page('profile', null, 1)
     if (!profile) throw new Error('the member is gone')
-    yield `{"format":"todo-sharing-export","version":1,"export_id":${JSON.stringify(`exp_${claimed.export_id.replace(/-/g, '')}`)},` +
-      `"exported_at":${JSON.stringify(new Date().toISOString())},"profile":${profile.item}`
-    for (const section of EXPORT_SECTIONS) {
-      yield `,${JSON.stringify(section)}:[`
-      let after: string | null = null
-      let first = true
-      for (;;) {
-        const rows = await page(section, after)
-        if (rows.length > 0) {
-          yield (first ? '' : ',') + rows.map((row) => row.item).join(',')
-          first = false
-          after = rows[rows.length - 1]!.cursor
-        }
-        if (rows.length < pageSize) break
-      }
-      yield ']'
-    }
-    yield '}\n'
+    parts.push(`{"format":"todo-sharing-export","version":1,"export_id":${JSON.stringify(`exp_${claimed.export_id.replace(/-/g, '')}`)},` +
+      `"exported_at":${JSON.stringify(new Date().toISOString())},"profile":${profile.item}`)
+    section = 0
+    after = null
+    open = false
+    wrote = false
   }
+  while (section < EXPORT_SECTIONS.length && rows < chunkRows) {
+    const name = EXPORT_SECTIONS[section]!
+    if (!open) {
+      parts.push(`,${JSON.stringify(name)}:[`)
+      open = true
+      wrote = false
+      after = null
+    }
+    const size = Math.min(pageSize, chunkRows - rows)
+    const got = await page(name, after, size)
+    if (got.length > 0) {
+      parts.push((wrote ? ',' : '') + got.map((row) => row.item).join(','))
+      wrote = true
+      after = got[got.length - 1]!.cursor
+      rows += got.length
+    }
+    if (got.length < size) {
+      parts.push(']')
+      section++
+      open = false
+    }
+  }
+  if (section === EXPORT_SECTIONS.length) {
+    parts.push('}\n')
+    section = DONE
+  }
+  return { text: parts.join(''), progress: { section, after, open, wrote } }
+}
 
-  const iterator = parts()
+/**
+ * The archive as a stream of its stored chunks, read one at a time when storage asks for more
+ * (pull), so what is held at once is one chunk, however large the account.
+ */
+function archive(sql: Sql, claimed: Claimed, chunks: number, leaseSeconds: number): ReadableStream<Uint8Array> {
+  let next = 0
   return new ReadableStream<Uint8Array>({
     async pull(controller) {
-      const next = await iterator.next()
-      if (next.done) controller.close()
-      else controller.enqueue(encoder.encode(next.value))
-    },
-    async cancel() {
-      await iterator.return(undefined)
+      if (next >= chunks) {
+        controller.close()
+        return
+      }
+      const [row] = await sql<{ body: string | null }[]>`
+        select app.export_chunk(${claimed.export_id}::uuid, ${claimed.claim}::uuid, ${next}::integer, make_interval(secs => ${leaseSeconds})) as body`
+      if (row?.body == null) throw new Error(`chunk ${next} of the export is missing`)
+      next++
+      controller.enqueue(encoder.encode(row.body))
     },
   })
 }

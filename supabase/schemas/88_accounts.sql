@@ -43,16 +43,20 @@ create table app.exports (
   created_at   timestamptz not null default now(),
   started_at   timestamptz,
   completed_at timestamptz,
-  updated_at   timestamptz not null default now()
+  updated_at   timestamptz not null default now(),
+  chunks       integer not null default 0,
+  progress     jsonb
 );
 comment on table app.exports is
   'A member''s data export (POST /v1/exports): pending until a worker claims it, running while one writes the archive (claim and lease_until: a worker that dies leaves it to the next once the lease ends), ready with its archive (file_key) downloadable until expires_at (24 h after completion; the archive is deleted then), or failed after three attempts.';
 comment on column app.exports.lease_until is
   'Of a running export: when its worker''s lease ends (then another worker may take it). Of a pending export after a failed attempt: not to be claimed before then.';
-comment on column app.exports.claim is
-  'The running attempt''s token: every page and the completion must present it, so a worker whose lease ran out (and whose export another worker took over) cannot write into it.';
 comment on column app.exports.file_key is
   'Storage key of the archive (exports/<128 random bits>/export.json, in the private exports bucket). Recorded when an attempt begins writing it (app.export_file_started), so whatever a worker that died leaves (half an archive, or a whole one never marked ready) is queued in app.file_deletions by the next claim, the failure or the account''s deletion; null before an attempt writes and after the archive expired (queued in app.file_deletions).';
+comment on column app.exports.progress is
+  'Where the archive''s building stands (issue 28): the section being written, the cursor of its last row written and whether its array is open (functions/lib/exports.ts), saved with each chunk (app.save_export_chunk), so the next pass or the next worker goes on from there instead of starting again: no export depends on one invocation''s wall clock. Null before the first chunk and once the export is ready. chunks counts the chunks stored in app.export_chunks.';
+comment on column app.exports.claim is
+  'The running attempt''s token: every page, chunk and the completion must present it, so a worker whose lease ran out (and whose export another worker took over) cannot write into it. Null on a running export is a pass that ended with the archive unfinished (app.park_export): the next claim goes on with it, which is no new attempt.';
 -- GET /v1/exports: a member's exports, newest first (keyset on created_at, id).
 create index exports_user_id_created_at_idx on app.exports (user_id, created_at desc, id desc);
 -- One export in progress per member, race-free: a second pending or running row is refused.
@@ -63,6 +67,15 @@ create index exports_queue_idx on app.exports (created_at, id) where (status in 
 create index exports_expires_at_idx on app.exports (expires_at) where (file_key is not null);
 -- GET /exports/{key}: the export an archive belongs to, checked on every download.
 create unique index exports_file_key_key on app.exports (file_key) where (file_key is not null);
+
+create table app.export_chunks (
+  export_id uuid references app.exports(id) on delete cascade,
+  n         integer,
+  body      text not null,
+  constraint export_chunks_pkey primary key (export_id, n)
+);
+comment on table app.export_chunks is
+  'The archive of a running export as it is built, a chunk of at most EXPORT_CHUNK_ROWS rows of the member''s data at a time (issue 28): each pass of the worker (an edge invocation has 150 s) adds chunks with the export''s progress in one statement (app.save_export_chunk) and stops when its time is spent; once every section is written one pass streams the chunks in order into the archive in storage (app.export_chunk) and they are deleted with the completion, the giving up or the export. No policy and no grant: only the worker''s functions touch it.';
 
 -- ============================================================================
 -- Helpers
@@ -87,7 +100,7 @@ comment on function app.export_json(app.exports) is
 grant execute on function app.export_json(app.exports) to authenticated;
 
 create function app.claim_export(lease interval, max_attempts integer)
-returns table (export_id uuid, user_id uuid, claim uuid, attempts integer)
+returns table (export_id uuid, user_id uuid, claim uuid, attempts integer, progress jsonb)
 language plpgsql
 volatile
 security definer
@@ -101,10 +114,13 @@ begin
   with given_up as (
     update app.exports e
        set status = 'failed', claim = null, lease_until = null, completed_at = now(), updated_at = now(), file_key = null,
+           progress = null, chunks = 0,
            error = coalesce(e.error, 'the export worker stopped before the archive was written')
       from app.exports old
      where old.id = e.id and e.status = 'running' and e.lease_until < now() and e.attempts >= max_attempts
-    returning old.file_key
+    returning e.id, old.file_key
+  ), dropped as (
+    delete from app.export_chunks c using given_up g where c.export_id = g.id
   )
   insert into app.file_deletions (key) select g.file_key from given_up g where g.file_key is not null
   on conflict do nothing;
@@ -112,7 +128,7 @@ begin
   with next as (
     select e.id, e.file_key from app.exports e
     where (e.status = 'pending' and (e.lease_until is null or e.lease_until <= now()))
-       or (e.status = 'running' and e.lease_until < now())
+       or (e.status = 'running' and (e.lease_until < now() or e.claim is null))
     order by e.created_at, e.id
     limit 1
     for update skip locked
@@ -120,16 +136,20 @@ begin
     insert into app.file_deletions (key) select n.file_key from next n where n.file_key is not null
     on conflict do nothing
   )
+  -- Going on with a parked export (a pass that ended before the archive was done: running, no
+  -- claim) is the same attempt; a pending one, or one whose worker died (its lease ran out), is
+  -- a new attempt. Either way the chunks stored stay: the work goes on from its progress.
   update app.exports e
-     set status = 'running', attempts = e.attempts + 1, claim = gen_random_uuid(), lease_until = now() + lease,
+     set status = 'running', attempts = e.attempts + case when e.status = 'running' and e.claim is null then 0 else 1 end,
+         claim = gen_random_uuid(), lease_until = now() + lease,
          started_at = coalesce(e.started_at, now()), updated_at = now(), file_key = null
     from next
    where e.id = next.id
-  returning e.id, e.user_id, e.claim, e.attempts;
+  returning e.id, e.user_id, e.claim, e.attempts, e.progress;
 end;
 $$;
 comment on function app.claim_export(interval, integer) is
-  'The export worker''s claim: the oldest pending export (not waiting to be retried), or a running one whose lease ended (its worker died), leased for `lease` under a new claim token, in one short statement that commits at once (skip locked: workers never take the same one). Running exports whose lease ended after max_attempts attempts become failed first. The archive a dead attempt began writing (file_key) is queued in app.file_deletions either way. Not granted to members: the worker runs as the database owner.';
+  'The export worker''s claim: the oldest pending export (not waiting to be retried), a running one a pass left unfinished (app.park_export: no claim; the same attempt), or a running one whose lease ended (its worker died: a new attempt), leased for `lease` under a new claim token, in one short statement that commits at once (skip locked: workers never take the same one). Returns the export''s progress: the chunks stored stay, and the work goes on from there (issue 28). Running exports whose lease ended after max_attempts attempts become failed first (their chunks deleted). The archive a dead attempt began writing (file_key) is queued in app.file_deletions either way. Not granted to members: the worker runs as the database owner.';
 
 create function app.export_page(export_id uuid, export_claim uuid, section text, after text, page_size integer, base_url text, lease interval)
 returns table (cursor text, item jsonb)
@@ -312,6 +332,68 @@ $$;
 comment on function app.export_file_started(uuid, uuid, text) is
   'Records the archive key an attempt is about to write, before a byte of it is stored: if the worker dies mid-write, the next claim (app.claim_export), the failure (app.fail_export) or the account''s deletion queues it in app.file_deletions, so no partial or orphaned archive stays in storage. Null when the claim is no longer the export''s. Security definer: the worker runs as the database owner; not granted to members.';
 
+create function app.save_export_chunk(export_id uuid, export_claim uuid, chunk text, next_progress jsonb, lease interval)
+returns boolean
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  chunk_index integer;
+begin
+  update app.exports e
+     set chunks = e.chunks + 1, progress = next_progress, lease_until = now() + lease, updated_at = now()
+   where e.id = save_export_chunk.export_id and e.claim = export_claim and e.status = 'running'
+  returning e.chunks - 1 into chunk_index;
+  if chunk_index is null then
+    return false;
+  end if;
+  insert into app.export_chunks (export_id, n, body) values (save_export_chunk.export_id, chunk_index, chunk);
+  return true;
+end;
+$$;
+comment on function app.save_export_chunk(uuid, uuid, text, jsonb, interval) is
+  'Stores the next chunk of the worker''s export with the progress after it, in one transaction (a chunk is never stored without the progress that says it is, nor the other way round), and renews the lease. False (nothing stored) when the claim is no longer the export''s. Security definer: the worker runs as the database owner; not granted to members.';
+
+create function app.park_export(export_id uuid, export_claim uuid)
+returns boolean
+language sql
+volatile
+security definer
+set search_path = ''
+as $$
+  update app.exports e set claim = null, lease_until = null, updated_at = now()
+   where e.id = export_id and e.claim = export_claim and e.status = 'running'
+  returning true
+$$;
+comment on function app.park_export(uuid, uuid) is
+  'Ends a pass over the worker''s export with the archive unfinished (its time was spent): running without a claim, so the next pass (app.claim_export) goes on with it at once, as the same attempt, rather than after a lease. Null when the claim is no longer the export''s.';
+
+create function app.export_chunk(export_id uuid, export_claim uuid, chunk_number integer, lease interval)
+returns text
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  member uuid;
+  chunk text;
+begin
+  update app.exports e set lease_until = now() + lease
+   where e.id = export_chunk.export_id and e.claim = export_claim and e.status = 'running'
+  returning e.user_id into member;
+  if member is null then
+    raise exception 'export % is no longer held by this worker', export_chunk.export_id using errcode = 'PT409';
+  end if;
+  select c.body into chunk from app.export_chunks c where c.export_id = export_chunk.export_id and c.n = chunk_number;
+  return chunk;
+end;
+$$;
+comment on function app.export_chunk(uuid, uuid, integer, interval) is
+  'One stored chunk of the worker''s export, read in order as the archive is streamed to storage (one chunk in memory at a time); renews the lease, and raises PT409 when the claim is no longer the export''s. Security definer: not granted to members.';
+
 create function app.complete_export(export_id uuid, export_claim uuid, key text, size bigint, valid_until timestamptz)
 returns boolean
 language sql
@@ -319,14 +401,20 @@ volatile
 security definer
 set search_path = ''
 as $$
-  update app.exports e
-     set status = 'ready', file_key = key, byte_size = size, expires_at = valid_until,
-         completed_at = now(), claim = null, lease_until = null, error = null, updated_at = now()
-   where e.id = export_id and e.claim = export_claim and e.status = 'running'
-  returning true
+  with done as (
+    update app.exports e
+       set status = 'ready', file_key = key, byte_size = size, expires_at = valid_until,
+           completed_at = now(), claim = null, lease_until = null, error = null, updated_at = now(),
+           progress = null, chunks = 0
+     where e.id = export_id and e.claim = export_claim and e.status = 'running'
+    returning e.id
+  ), dropped as (
+    delete from app.export_chunks c using done d where c.export_id = d.id
+  )
+  select true from done
 $$;
 comment on function app.complete_export(uuid, uuid, text, bigint, timestamptz) is
-  'Marks the worker''s export ready with its archive, downloadable until valid_until; null (nothing changed) when the claim is no longer the export''s (its lease ended and another worker took it over), in which case the caller deletes the archive it wrote.';
+  'Marks the worker''s export ready with its archive, downloadable until valid_until; null (nothing changed) when the claim is no longer the export''s (its lease ended and another worker took it over), in which case the caller deletes the archive it wrote. The chunks it was built from go with the completion.';
 
 create function app.fail_export(export_id uuid, export_claim uuid, reason text, max_attempts integer, retry_after interval)
 returns text
@@ -340,10 +428,14 @@ as $$
        set status = case when e.attempts >= max_attempts then 'failed' else 'pending' end,
            completed_at = case when e.attempts >= max_attempts then now() end,
            error = left(reason, 500), claim = null, file_key = null,
+           progress = case when e.attempts < max_attempts then e.progress end,
+           chunks = case when e.attempts < max_attempts then e.chunks else 0 end,
            lease_until = case when e.attempts < max_attempts then now() + retry_after end, updated_at = now()
       from app.exports old
      where old.id = e.id and e.id = export_id and e.claim = export_claim and e.status = 'running'
-    returning e.status, old.file_key
+    returning e.id, e.status, old.file_key
+  ), dropped as (
+    delete from app.export_chunks c using failed f where c.export_id = f.id and f.status = 'failed'
   ), queued as (
     insert into app.file_deletions (key) select f.file_key from failed f where f.file_key is not null
     on conflict do nothing
@@ -351,7 +443,7 @@ as $$
   select f.status from failed f
 $$;
 comment on function app.fail_export(uuid, uuid, text, integer, interval) is
-  'Records a failed attempt of the worker''s export: pending again, not to be claimed before retry_after has passed (lease_until of a pending export: a failing export is not retried in a tight loop), or failed after max_attempts. Returns the new status (null when the claim is no longer the export''s). The archive the attempt began is queued in app.file_deletions (the worker also deletes it at once).';
+  'Records a failed attempt of the worker''s export: pending again, not to be claimed before retry_after has passed (lease_until of a pending export: a failing export is not retried in a tight loop), or failed after max_attempts. Returns the new status (null when the claim is no longer the export''s). The archive the attempt began is queued in app.file_deletions (the worker also deletes it at once). The chunks already built stay for the next attempt, which goes on from them; a failed export''s go.';
 
 create function app.expire_exports()
 returns integer
@@ -502,6 +594,10 @@ create policy "Members export their own data, with a writing credential" on app.
   for insert to authenticated with check (user_id = (select auth.uid()) and (select app.can_write()));
 grant select on app.exports to authenticated;
 grant insert (user_id) on app.exports to authenticated;
+
+-- app.export_chunks
+alter table app.export_chunks enable row level security;
+-- No policy and no grant: only the worker's functions touch it.
 
 -- ============================================================================
 -- Triggers
