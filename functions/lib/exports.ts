@@ -25,7 +25,8 @@ export const EXPORT_MAX_ATTEMPTS = 3
 export const EXPORT_LEASE_SECONDS = 120
 /**
  * Rows of the member's data in one chunk at most: what one stored step of an export holds
- * (a few MB of JSON), and the most a pass goes past its time by.
+ * (a few MB of JSON), and the most a pass goes past its time by. (The notification preferences
+ * are one page of ten rows, the types there are, whatever the chunk's room.)
  */
 export const EXPORT_CHUNK_ROWS = 2_000
 
@@ -113,13 +114,18 @@ export async function runExports(sql: Sql, storage: FileStorage, options: Export
     let key: string | null = null
     try {
       let progress: Progress = claimed.progress ?? { section: -1, after: null, open: false, wrote: false }
+      // Each chunk must move the section on or past a row: a progress that is not one (a
+      // hand-edited row, a bug) would have every pass build empty chunks forever.
+      if (!Number.isInteger(progress.section) || progress.section < -1 || progress.section > DONE) {
+        throw new Error('the export\'s stored progress is unreadable')
+      }
       let built = 0
       let held = true
       // One chunk at least, then more while the pass has time.
       while (progress.section !== DONE && (built === 0 || Date.now() < deadline)) {
         const next = await buildChunk(sql, claimed, progress, pageSize, chunkRows, leaseSeconds, options.publicUrl, result)
         const [saved] = await sql`
-          select app.save_export_chunk(${claimed.export_id}::uuid, ${claimed.claim}::uuid, ${next.text}::text, ${JSON.stringify(next.progress)}::jsonb,
+          select app.save_export_chunk(${claimed.export_id}::uuid, ${claimed.claim}::uuid, ${next.text}::text, ${JSON.stringify(next.progress)}::text::jsonb,
                                        make_interval(secs => ${leaseSeconds})) as ok`
         if (!saved?.ok) {
           held = false // another worker took it over
