@@ -53,7 +53,9 @@ const webhookWorker = runWebhookWorker(webhookSql, webhookSender, { drain: LOCAL
 // The export worker (every 5 seconds, and right after each POST /v1/exports), on a connection of
 // its own: an archive of a large account takes a while, which must not hold the API's connections.
 const exportSql = createSql(database.url, { max: 1 })
-const exportWorker = runExportWorker(exportSql, storage, { publicUrl: config.publicUrl })
+// A pass has 60 s, as on Supabase: then it parks its export at the back of the queue and the next
+// pass (at once) takes the export that waited longest, so exports take turns (issue 28).
+const exportWorker = runExportWorker(exportSql, storage, { publicUrl: config.publicUrl, budgetMs: 60_000 })
 // The push worker (APNs and Web Push), every second, on connections of its own.
 const pushSql = createSql(database.url, { max: 2 })
 const pushTransport = nodePushTransport({ vapid: config.vapid, allowPrivate: config.webhookAllowPrivate })

@@ -284,6 +284,9 @@ describe('secret rotation (issue 28)', () => {
     expect((await rotate(sub.id, other.api_key)).status).toBe(404)
     expect((await rotate(`hook_${'0'.repeat(32)}`, alice.api_key)).status).toBe(404)
     expect((await rotate(sub.id, alice.read_only_api_key)).status).toBe(403)
+    // An app's token: the write scope, as for creating a subscription (which hands an app its
+    // secret too); every other scope together is not enough.
+    expect((await rotate(sub.id, await world.token('alice', 'public billing notifications chat', { firstParty: true, chat: true }))).status).toBe(403)
     const [unchanged] = await world.sql`select secret, previous_secret from app.webhook_secrets where subscription_id = app.from_public_id('hook', ${sub.id})`
     expect({ ...unchanged }).toEqual({ secret: sub.secret, previous_secret: null })
 
@@ -326,6 +329,12 @@ describe('secret rotation (issue 28)', () => {
     expect(() => new Webhook(fourth.body.secret).verify(last!.body, last!.headers)).not.toThrow()
     expect(() => new Webhook(third.body.secret).verify(last!.body, last!.headers)).not.toThrow()
     expect(() => new Webhook(rotated.body.secret).verify(last!.body, last!.headers)).toThrow()
+    // A third-party app with the write scope may rotate, as it may create, change or delete a
+    // subscription: the new secret lets it sign nothing the member's receiver (which holds the
+    // old one) would accept.
+    const byApp = await rotate(sub.id, await world.token('alice', 'write'))
+    expect(byApp.status, byApp.text).toBe(200)
+    expect(byApp.body.secret).not.toBe(fourth.body.secret)
 
     // Documented in the OpenAPI document.
     const doc = (await world.get('/v1/openapi.json')).body

@@ -569,19 +569,21 @@ security definer
 set search_path = ''
 as $$
   with gone as (
+    -- The ids first (an array), then each by its primary key: written `e.todo_id in (select …)`,
+    -- the plan hashed the batch and scanned every event for it.
     delete from app.webhook_events e
-    where e.todo_id in (
+    where e.todo_id = any (array(
       select o.todo_id from app.webhook_events o
       where o.created_at < now() - older_than
         and not exists (select 1 from app.webhook_deliveries d where d.todo_id = o.todo_id and d.status = 'pending')
       order by o.created_at
-      limit batch)
+      limit batch))
     returning 1
   )
   select count(*)::integer from gone
 $$;
 comment on function app.prune_webhook_deliveries(interval, integer) is
-  'The delivery log''s retention (issue 28): deletes up to `batch` new-todo events older than `older_than` whose deliveries are all over (delivered or failed; none pending), and with them (on delete cascade) their delivery log rows, one per subscription. The storage worker calls it every minute (functions/lib/maintenance.ts: 30 days, 1,000 events a statement, 10 statements a run at most). Without it every todo of a subscribed member left its 2–3 KB body and a log row per subscription forever. One range of the index on created_at, and a probe of webhook_deliveries_todo_id_idx per event: never a scan of the log, whatever its size. Security definer: only the worker''s functions touch the outbox.';
+  'The delivery log''s retention (issue 28): deletes up to `batch` new-todo events older than `older_than` whose deliveries are all over (delivered or failed; none pending), and with them (on delete cascade) their delivery log rows, one per subscription. The storage worker calls it every minute (functions/lib/maintenance.ts: 30 days, 1,000 events a statement, 10 statements a run at most). Without it every todo of a subscribed member left its 2–3 KB body and a log row per subscription forever. One range of the index on created_at, a probe of webhook_deliveries_todo_id_idx per event, then a primary-key probe per event deleted: never a scan of the log, whatever its size (as `todo_id in (subquery)` the generic plan was a hash join over a sequential scan of every event, issue 28 review). Security definer: only the worker''s functions touch the outbox.';
 grant execute on function app.prune_webhook_deliveries(interval, integer) to service_role;
 
 -- ============================================================================

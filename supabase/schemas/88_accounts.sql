@@ -45,7 +45,8 @@ create table app.exports (
   completed_at timestamptz,
   updated_at   timestamptz not null default now(),
   chunks       integer not null default 0,
-  progress     jsonb
+  progress     jsonb,
+  queued_at    timestamptz not null default now()
 );
 comment on table app.exports is
   'A member''s data export (POST /v1/exports): pending until a worker claims it, running while one writes the archive (claim and lease_until: a worker that dies leaves it to the next once the lease ends), ready with its archive (file_key) downloadable until expires_at (24 h after completion; the archive is deleted then), or failed after three attempts.';
@@ -55,14 +56,17 @@ comment on column app.exports.file_key is
   'Storage key of the archive (exports/<128 random bits>/export.json, in the private exports bucket). Recorded when an attempt begins writing it (app.export_file_started), so whatever a worker that died leaves (half an archive, or a whole one never marked ready) is queued in app.file_deletions by the next claim, the failure or the account''s deletion; null before an attempt writes and after the archive expired (queued in app.file_deletions).';
 comment on column app.exports.progress is
   'Where the archive''s building stands (issue 28): the section being written, the cursor of its last row written and whether its array is open (functions/lib/exports.ts), saved with each chunk (app.save_export_chunk), so the next pass or the next worker goes on from there instead of starting again: no export depends on one invocation''s wall clock. Null before the first chunk and once the export is ready. chunks counts the chunks stored in app.export_chunks.';
+comment on column app.exports.queued_at is
+  'When the export took its place in the worker''s queue (app.claim_export takes the one waiting longest): at the request, and again at the back each time a pass parks it unfinished (app.park_export) or an attempt fails, so exports take turns. Ordered by created_at, an export of a large account, parked at the head of the queue, was taken up again by every pass until it was done, and every other member''s export waited behind it (issue 28 review).';
 comment on column app.exports.claim is
   'The running attempt''s token: every page, chunk and the completion must present it, so a worker whose lease ran out (and whose export another worker took over) cannot write into it. Null on a running export is a pass that ended with the archive unfinished (app.park_export): the next claim goes on with it, which is no new attempt.';
 -- GET /v1/exports: a member's exports, newest first (keyset on created_at, id).
 create index exports_user_id_created_at_idx on app.exports (user_id, created_at desc, id desc);
 -- One export in progress per member, race-free: a second pending or running row is refused.
 create unique index exports_one_in_progress_key on app.exports (user_id) where (status in ('pending', 'running'));
--- The worker's queue: pending exports and running ones whose lease may have ended, oldest first.
-create index exports_queue_idx on app.exports (created_at, id) where (status in ('pending', 'running'));
+-- The worker's queue: pending exports and running ones whose lease may have ended or that a pass
+-- parked, longest waiting first (queued_at).
+create index exports_queue_idx on app.exports (queued_at, id) where (status in ('pending', 'running'));
 -- Archives to delete once their download window closes.
 create index exports_expires_at_idx on app.exports (expires_at) where (file_key is not null);
 -- GET /exports/{key}: the export an archive belongs to, checked on every download.
@@ -129,7 +133,7 @@ begin
     select e.id, e.file_key from app.exports e
     where (e.status = 'pending' and (e.lease_until is null or e.lease_until <= now()))
        or (e.status = 'running' and (e.lease_until < now() or e.claim is null))
-    order by e.created_at, e.id
+    order by e.queued_at, e.id
     limit 1
     for update skip locked
   ), left_behind as (
@@ -149,7 +153,7 @@ begin
 end;
 $$;
 comment on function app.claim_export(interval, integer) is
-  'The export worker''s claim: the oldest pending export (not waiting to be retried), a running one a pass left unfinished (app.park_export: no claim; the same attempt), or a running one whose lease ended (its worker died: a new attempt), leased for `lease` under a new claim token, in one short statement that commits at once (skip locked: workers never take the same one). Returns the export''s progress: the chunks stored stay, and the work goes on from there (issue 28). Running exports whose lease ended after max_attempts attempts become failed first (their chunks deleted). The archive a dead attempt began writing (file_key) is queued in app.file_deletions either way. Not granted to members: the worker runs as the database owner.';
+  'The export worker''s claim: of the exports waiting (queued_at: longest first, so a large export a pass parked takes turns with the others), a pending one (not waiting to be retried), a running one a pass left unfinished (app.park_export: no claim; the same attempt), or a running one whose lease ended (its worker died: a new attempt), leased for `lease` under a new claim token, in one short statement that commits at once (skip locked: workers never take the same one). Returns the export''s progress: the chunks stored stay, and the work goes on from there (issue 28). Running exports whose lease ended after max_attempts attempts become failed first (their chunks deleted). The archive a dead attempt began writing (file_key) is queued in app.file_deletions either way. Not granted to members: the worker runs as the database owner.';
 
 create function app.export_page(export_id uuid, export_claim uuid, section text, after text, page_size integer, base_url text, lease interval)
 returns table (cursor text, item jsonb)
@@ -363,12 +367,12 @@ volatile
 security definer
 set search_path = ''
 as $$
-  update app.exports e set claim = null, lease_until = null, updated_at = now()
+  update app.exports e set claim = null, lease_until = null, queued_at = now(), updated_at = now()
    where e.id = export_id and e.claim = export_claim and e.status = 'running'
   returning true
 $$;
 comment on function app.park_export(uuid, uuid) is
-  'Ends a pass over the worker''s export with the archive unfinished (its time was spent): running without a claim, so the next pass (app.claim_export) goes on with it at once, as the same attempt, rather than after a lease. Null when the claim is no longer the export''s.';
+  'Ends a pass over the worker''s export with the archive unfinished (its time was spent): running without a claim, so a next pass (app.claim_export) goes on with it at once, as the same attempt, rather than after a lease; at the back of the queue (queued_at), so the exports that waited meanwhile go first and a large account''s export takes turns with the others instead of holding every pass. Null when the claim is no longer the export''s.';
 
 create function app.export_chunk(export_id uuid, export_claim uuid, chunk_number integer, lease interval)
 returns text
@@ -430,7 +434,7 @@ as $$
            error = left(reason, 500), claim = null, file_key = null,
            progress = case when e.attempts < max_attempts then e.progress end,
            chunks = case when e.attempts < max_attempts then e.chunks else 0 end,
-           lease_until = case when e.attempts < max_attempts then now() + retry_after end, updated_at = now()
+           lease_until = case when e.attempts < max_attempts then now() + retry_after end, queued_at = now(), updated_at = now()
       from app.exports old
      where old.id = e.id and e.id = export_id and e.claim = export_claim and e.status = 'running'
     returning e.id, e.status, old.file_key

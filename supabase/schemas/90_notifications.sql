@@ -424,10 +424,12 @@ security definer
 set search_path = ''
 as $$
   with gone as (
+    -- The ids first (an array), then each by its primary key: `d.id in (select …)` could be
+    -- planned as a hash join over a scan of the whole outbox (issue 28 review).
     delete from app.push_deliveries d
-    where d.id in (select f.id from app.push_deliveries f
-                   where f.status = 'failed' and f.created_at < now() - older_than
-                   order by f.created_at limit batch)
+    where d.id = any (array(select f.id from app.push_deliveries f
+                            where f.status = 'failed' and f.created_at < now() - older_than
+                            order by f.created_at limit batch))
     returning 1
   )
   select count(*)::integer from gone
@@ -443,16 +445,18 @@ security definer
 set search_path = ''
 as $$
   with gone as (
+    -- The ids first (an array), then each by its primary key: written `n.id in (select …)`, the
+    -- plan hashed the batch and scanned the whole table for it (1M rows: 16,000 pages a statement).
     delete from app.notifications n
-    where n.id in (select o.id from app.notifications o
-                   where (o.read or o.hidden) and o.created_at < now() - older_than
-                   order by o.created_at limit batch)
+    where n.id = any (array(select o.id from app.notifications o
+                            where (o.read or o.hidden) and o.created_at < now() - older_than
+                            order by o.created_at limit batch))
     returning 1
   )
   select count(*)::integer from gone
 $$;
 comment on function app.prune_notifications(interval, integer) is
-  'The retention of spent notifications (issue 28): deletes up to `batch` notifications older than `older_than` that are read, or hidden (their cause withdrawn), with whatever of their pushes is left (on delete cascade). Unread ones stay, whatever their age: the member has not seen them. The storage worker calls it every minute (functions/lib/maintenance.ts: 90 days, 1,000 a statement, 10 statements a run at most). A cause withdrawn and given again after that is a new notification, with its push. One range of the partial index notifications_spent_idx: never a scan of the table. Security definer: members never delete notifications.';
+  'The retention of spent notifications (issue 28): deletes up to `batch` notifications older than `older_than` that are read, or hidden (their cause withdrawn), with whatever of their pushes is left (on delete cascade). Unread ones stay, whatever their age: the member has not seen them. The storage worker calls it every minute (functions/lib/maintenance.ts: 90 days, 1,000 a statement, 10 statements a run at most). A cause withdrawn and given again after that is a new notification, with its push. One range of the partial index notifications_spent_idx, then a primary-key probe per row: never a scan of the table (as `id in (subquery)` the generic plan was a hash join over a sequential scan of every notification, issue 28 review). Security definer: members never delete notifications.';
 grant execute on function app.prune_notifications(interval, integer) to service_role;
 
 create function app.store_apns_provider_token(key_id text, team_id text, token text, refresh_after interval)
