@@ -598,13 +598,16 @@ describe('APNs delivery', () => {
     apns.answer((push) => (push.token === devices.carol ? 'hang' : { status: 200 }))
     const todo = await postTodo('carol', 'Crash test')
     await comment('alice', todo.id, 'Survives restarts')
-    // A worker that claims and then dies: its sends never finish and nothing is recorded.
+    // A worker that claims, sends and then dies: its send never finishes (the process is gone, so
+    // no timeout fires: the transport is given a minute while the worker counts on half a second,
+    // which its 2 s lease covers) and nothing is recorded.
     const dyingTransport = nodePushTransport({ vapid, allowPrivate: true, apnsCa: apns.ca })
-    const dying = drainPush(world.sql, dyingTransport, { config: apns.config, tokens }, { ...FAST, leaseMs: 500, timeoutMs: 60_000 })
+    const dead: PushTransport = { apns: (request) => dyingTransport.apns({ ...request, timeoutMs: 60_000 }), web: (request) => dyingTransport.web(request) }
+    const dying = drainPush(world.sql, dead, { config: apns.config, tokens }, { ...FAST, leaseMs: 2_000, timeoutMs: 500 })
     await apns.waitFor(from + 1)
     apns.answer(() => ({ status: 200 }))
     expect(await drain()).toMatchObject({ delivered: 0 }) // still leased
-    await new Promise((r) => setTimeout(r, 600))
+    await until(() => leaseRanOut('carol'), 'the dead worker\'s lease ran out')
     expect(await drain()).toMatchObject({ delivered: 1 })
     expect(pushesTo('carol', from).map((p) => p.payload.aps.alert.body)).toEqual(['Survives restarts', 'Survives restarts'])
     // The dead worker's connection goes; what it would record finds its delivery gone.
