@@ -259,8 +259,9 @@ begin
     perform app.http_error(403, 'Authentication required: send an API key or an OAuth access token.');
   end if;
 
-  -- Billing is what a lapsed account needs to see: it is answered without a subscription.
-  if not subscribed and access <> 'billing' then
+  -- A lapsed account keeps what is not paid for (issue 28): billing, to see why access stopped,
+  -- and its data rights: taking its data (exports) and leaving (account deletion).
+  if not subscribed and access not in ('billing', 'export', 'account') then
     perform app.http_error(401, 'This account has no active subscription.');
   end if;
 
@@ -270,7 +271,7 @@ begin
     -- Reads show profiles and activity, which is what `public` grants; a token granted only
     -- billing or notifications reads nothing else (API keys always carry public).
     perform app.http_error(403, 'This access token lacks the public scope.');
-  elsif access = 'write' and not may_write then
+  elsif access in ('write', 'account') and not may_write then
     perform app.http_error(403, case kind
       when 'api_key' then 'This API key is read-only.'
       else 'This access token lacks the write scope.' end);
@@ -299,7 +300,7 @@ begin
   elsif access = 'billing' and kind <> 'api_key' and not ('billing' = any (granted)) then
     -- API keys are the account's own (read-only ones too); tokens need the billing scope.
     perform app.http_error(403, 'This access token lacks the billing scope.');
-  elsif access not in ('read', 'write', 'upload', 'search', 'notifications', 'devices', 'chat', 'export', 'billing') then
+  elsif access not in ('read', 'write', 'upload', 'search', 'notifications', 'devices', 'chat', 'export', 'billing', 'account') then
     raise exception 'unknown access kind %', access;
   end if;
 
@@ -318,7 +319,7 @@ $$;
 
 
 comment on function app.authenticate(jsonb, text) is
-  'Resolves a credential ({kind: api_key, key_hash} or a verified OAuth JWT payload) into request claims, or raises 403/401. Why in SQL: the key lookup, the revocation check and the subscription check ride in the same statement as the endpoint itself, so a request stays one round trip. Order: unknown credential 403, lapsed subscription 401 (except for billing, which a lapsed account may read), then what the credential may do 403: read (scope public), write (scope write), upload (write, or chat from an approved app), search (public, first-party), notifications, devices (first-party), chat (approved app), export (read-write API key, or write from a first-party app: an archive holds the e-mail address and mutes, which no scope grants), billing (any API key, or scope billing). The claims also name the credential (api_key_id, or the app''s client_id), so a request can record what made it (DELETE /v1/account). The HTTP layer also asks it before answering an input error (unknown credentials never see validation details). Security definer: credentials have no policies for members.';
+  'Resolves a credential ({kind: api_key, key_hash} or a verified OAuth JWT payload) into request claims, or raises 403/401. Why in SQL: the key lookup, the revocation check and the subscription check ride in the same statement as the endpoint itself, so a request stays one round trip. Order: unknown credential 403, lapsed subscription 401 (except for billing, which a lapsed account may read, and its data rights, export and account: a lapsed member may still take their data and leave), then what the credential may do 403: read (scope public), write (scope write), account (DELETE /v1/account: as write; api.account_delete refuses third-party apps), upload (write, or chat from an approved app), search (public, first-party), notifications, devices (first-party), chat (approved app), export (read-write API key, or write from a first-party app: an archive holds the e-mail address and mutes, which no scope grants), billing (any API key, or scope billing). The claims also name the credential (api_key_id, or the app''s client_id), so a request can record what made it (DELETE /v1/account). The HTTP layer also asks it before answering an input error (unknown credentials never see validation details). Security definer: credentials have no policies for members.';
 grant execute on function app.authenticate(jsonb, text) to service_role;
 
 create function app.request_credential()
