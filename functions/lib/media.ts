@@ -1,6 +1,7 @@
 // What a stored file really is, from its first bytes, and how a file of a type may be served.
 // Runtime-neutral (the local storage server and the storage worker both use it).
-import { fileTypeFromBuffer } from 'file-type/core'
+import { fileTypeFromBuffer, supportedMimeTypes } from 'file-type/core'
+import mimeTypes from 'mime-types'
 
 /** Bytes of a file's start that are enough to recognise every type we accept. */
 export const SNIFF_BYTES = 4096
@@ -79,12 +80,71 @@ export async function detectType(head: Uint8Array): Promise<string | null> {
 }
 
 /**
+ * Types a file name never gives, though the extension table has them (issue 28): what a browser
+ * or a client app would run or render as a document, and programs a double click runs. Any type
+ * that names html, xml, script or macros is refused as well (inertByName), which covers HTML,
+ * XHTML, SVG, every XML (XSLT, MathML, XHTML in disguise), JavaScript, ECMAScript, VBScript,
+ * PostScript and macro-enabled Office documents.
+ */
+const ACTIVE_TYPES: ReadonlySet<string> = new Set([
+  'text/css', 'text/x-component', 'text/vnd.wap.wml', 'text/cache-manifest', 'text/mathml',
+  'application/node', 'application/wasm', 'application/hta', 'application/x-shockwave-flash',
+  'application/x-ns-proxy-autoconfig', 'application/x-x509-ca-cert', 'application/x-x509-user-cert',
+  'application/pkix-cert', 'application/x-pkcs12', 'application/x-iso9660-image',
+  'application/java-archive', 'application/x-java-jnlp-file', 'application/x-java-archive-diff',
+  'application/x-msdownload', 'application/x-msdos-program', 'application/x-ms-application', 'application/x-msi',
+  'application/x-ms-shortcut', 'application/x-silverlight-app', 'application/x-apple-diskimage',
+  'application/x-sh', 'application/x-csh', 'application/x-bat', 'application/x-perl', 'application/x-httpd-php',
+  'application/x-python-code', 'application/x-chrome-extension', 'application/x-xpinstall',
+  'application/vnd.android.package-archive', 'application/manifest+json', 'application/x-web-app-manifest+json',
+])
+
+/** Whether a name may give this type: inert text or data, never a document a browser or app runs. */
+export function inertByName(mime: string): boolean {
+  const type = mime.split(';')[0]!.trim().toLowerCase()
+  // Media, fonts, models and the rest are recognised from their bytes or not at all: a name
+  // never vouches for what a viewer would render.
+  if (!type.startsWith('text/') && !type.startsWith('application/')) return false
+  if (type === 'application/octet-stream') return false
+  if (/html|xml|script|macroenabled/.test(type) || ACTIVE_TYPES.has(type)) return false
+  // A type file-type knows (PDF, ZIP, Office, RTF, executables, iCalendar, vCard, WebVTT …)
+  // would have been found in the bytes had the file been one: the name is wrong, or lies.
+  return !supportedMimeTypes.has(type)
+}
+
+/**
+ * The type a file name's extension gives (the `mime-types` table, from mime-db), when it is one
+ * a name may give (inertByName) and the bytes agree (text types only when the first SNIFF_BYTES
+ * hold no NUL, as looksLike checks a declared text/plain);
+ * else null. Only for files whose bytes match no signature: the bytes always win.
+ */
+export function typeFromName(filename: string | null | undefined, head: Uint8Array): string | null {
+  // The last dot's extension of the last path segment; no dot, no extension (the table would
+  // read a bare "txt" as one).
+  const extension = /\.([A-Za-z0-9_+-]{1,32})$/.exec((filename ?? '').split(/[\\/]/).pop() ?? '')?.[1]
+  if (!extension) return null
+  const found = mimeTypes.lookup(extension)
+  if (!found || !inertByName(found)) return null
+  if (found.startsWith('text/') && head.subarray(0, SNIFF_BYTES).includes(0)) return null
+  return found
+}
+
+/**
+ * The type of a file declared application/octet-stream: what its bytes say (file-type), else
+ * what its name says when that may be said by a name (typeFromName), else null.
+ */
+export async function detectedType(head: Uint8Array, filename: string | null | undefined): Promise<string | null> {
+  return (await detectType(head)) ?? typeFromName(filename, head)
+}
+
+/**
  * The type to record for a stored file. Declared as one of the named types: that type when the
  * file starts as one, else application/octet-stream (attaching then refuses it, and it is only
  * ever served as a download). Declared application/octet-stream (any type we do not name): the
- * type found in the bytes, else application/octet-stream.
+ * type found in the bytes, else its name's (never an active type: typeFromName), else
+ * application/octet-stream.
  */
-export async function storedType(declared: string, head: Uint8Array): Promise<string> {
-  if (declared === 'application/octet-stream') return (await detectType(head)) ?? 'application/octet-stream'
+export async function storedType(declared: string, head: Uint8Array, filename?: string | null): Promise<string> {
+  if (declared === 'application/octet-stream') return (await detectedType(head, filename)) ?? 'application/octet-stream'
   return looksLike(declared, head) ? declared : 'application/octet-stream'
 }
