@@ -28,7 +28,7 @@ async function listed(viewer: string, project: string): Promise<{ items: number;
   let total = -1
   let cursor: string | null = null
   do {
-    const res = await world.get(`/v1/projects/${project}/todos?limit=2${cursor ? `&starting_after=${cursor}` : ''}`, { auth: people[viewer]!.api_key })
+    const res: { status: number; text: string; body: any } = await world.get(`/v1/projects/${project}/todos?limit=2${cursor ? `&starting_after=${cursor}` : ''}`, { auth: people[viewer]!.api_key })
     if (res.status === 404) return null
     expect(res.status, res.text).toBe(200)
     items += res.body.data.length
