@@ -600,6 +600,24 @@ describe('types from names when bytes say nothing (issue 28, item 4)', () => {
     }
   })
 
+  it('a name gives only plain text and textual data (an allowlist): text named .doc, .xls, .ppt, .spl, .jad, .ymp, .class, .tcl, .deb, .p7b, .pub, .curl, .sgml, .opml stays application/octet-stream', async () => {
+    // Each of these is in the extension table under a type that is neither HTML, XML nor script,
+    // yet an application registered for it opens, runs or installs it (Word renders HTML named
+    // .doc; Flash, Java ME, YaST one-click installs, Java classes, Tcl, package managers,
+    // certificate import, Publisher, the Curl runtime, SGML and OPML readers).
+    for (const name of ['report.doc', 'sheet.xls', 'deck.ppt', 'movie.spl', 'game.jad', 'install.ymp', 'Main.class', 'run.tcl',
+      'tool.deb', 'chain.p7b', 'flyer.pub', 'applet.curl', 'page.sgml', 'feeds.opml']) {
+      const { mime, served } = await attached(Buffer.from('<html><body><img src="file://attacker.example/share/x.png"></body></html>'), name)
+      expect(mime, name).toBe('application/octet-stream')
+      expect(served.get('content-disposition'), name).toBe('attachment')
+    }
+    // Textual data formats the list has: their names give their types.
+    for (const [name, expected] of [['config.yaml', 'text/yaml'], ['Cargo.toml', 'application/toml'], ['dump.sql', 'application/x-sql'],
+      ['film.srt', 'application/x-subrip'], ['main.c', 'text/x-c'], ['table.tsv', 'text/tab-separated-values']] as const) {
+      expect((await attached(Buffer.from(`1\nplain text of ${name}\n`), name)).mime, name).toBe(expected)
+    }
+  })
+
   it('a name never vouches for what bytes would show: a .png, .pdf, .ics or .zip of other bytes stays application/octet-stream', async () => {
     for (const name of ['photo.png', 'paper.pdf', 'meeting.ics', 'bundle.zip', 'clip.mp4', 'font.woff2']) {
       const { mime, served } = await attached(Buffer.from('these bytes are none of those'), name)

@@ -80,43 +80,41 @@ export async function detectType(head: Uint8Array): Promise<string | null> {
 }
 
 /**
- * Types a file name never gives, though the extension table has them (issue 28): what a browser
- * or a client app would run or render as a document, and programs a double click runs. Any type
- * that names html, xml, script or macros is refused as well (inertByName), which covers HTML,
- * XHTML, SVG, every XML (XSLT, MathML, XHTML in disguise), JavaScript, ECMAScript, VBScript,
- * PostScript and macro-enabled Office documents.
+ * The types a file name may give (issue 28), and only these: plain text and textual data, which
+ * no browser or client app runs, renders as a document or installs. A list of what is allowed,
+ * not of what is refused: the extension table (mime-db) maps names to hundreds of types, and
+ * many that are neither HTML, XML nor script are still run or opened by an application
+ * registered for them (Word opens HTML named .doc; .xbap, .spl, .jad, .ymp, .class, .tcl, .deb,
+ * .p7b…). A type missing here only means the file stays application/octet-stream, a download.
+ * None is a type file-type recognises from bytes (text/calendar, text/vcard, text/vtt are), so a
+ * name never vouches for what bytes would have shown.
  */
-const ACTIVE_TYPES: ReadonlySet<string> = new Set([
-  'text/css', 'text/x-component', 'text/vnd.wap.wml', 'text/cache-manifest', 'text/mathml',
-  'application/node', 'application/wasm', 'application/hta', 'application/x-shockwave-flash',
-  'application/x-ns-proxy-autoconfig', 'application/x-x509-ca-cert', 'application/x-x509-user-cert',
-  'application/pkix-cert', 'application/x-pkcs12', 'application/x-iso9660-image',
-  'application/java-archive', 'application/x-java-jnlp-file', 'application/x-java-archive-diff',
-  'application/x-msdownload', 'application/x-msdos-program', 'application/x-ms-application', 'application/x-msi',
-  'application/x-ms-shortcut', 'application/x-silverlight-app', 'application/x-apple-diskimage',
-  'application/x-sh', 'application/x-csh', 'application/x-bat', 'application/x-perl', 'application/x-httpd-php',
-  'application/x-python-code', 'application/x-chrome-extension', 'application/x-xpinstall',
-  'application/vnd.android.package-archive', 'application/manifest+json', 'application/x-web-app-manifest+json',
+export const NAME_TYPES: ReadonlySet<string> = new Set([
+  // Documents and tables.
+  'text/plain', 'text/markdown', 'text/x-markdown', 'text/csv', 'text/tab-separated-values', 'text/x-org',
+  'text/x-nfo', 'text/x-setext',
+  // Data and configuration.
+  'text/yaml', 'application/json', 'application/geo+json', 'application/ld+json', 'application/json5',
+  'application/hjson', 'application/toml', 'application/x-sql', 'text/turtle', 'text/n3', 'text/vnd.graphviz',
+  // Source code that no browser runs, and TeX.
+  'text/x-c', 'text/x-java-source', 'text/x-lua', 'text/x-asm', 'text/x-fortran', 'text/x-pascal',
+  'text/x-sass', 'text/x-scss', 'text/less', 'text/stylus',
+  'application/x-tex', 'application/x-latex', 'application/x-texinfo',
+  // Subtitles.
+  'application/x-subrip',
 ])
 
-/** Whether a name may give this type: inert text or data, never a document a browser or app runs. */
+/** Whether a name may give this type: one of NAME_TYPES (inert text), never anything a browser or an app runs. */
 export function inertByName(mime: string): boolean {
   const type = mime.split(';')[0]!.trim().toLowerCase()
-  // Media, fonts, models and the rest are recognised from their bytes or not at all: a name
-  // never vouches for what a viewer would render.
-  if (!type.startsWith('text/') && !type.startsWith('application/')) return false
-  if (type === 'application/octet-stream') return false
-  if (/html|xml|script|macroenabled/.test(type) || ACTIVE_TYPES.has(type)) return false
-  // A type file-type knows (PDF, ZIP, Office, RTF, executables, iCalendar, vCard, WebVTT …)
-  // would have been found in the bytes had the file been one: the name is wrong, or lies.
-  return !supportedMimeTypes.has(type)
+  return NAME_TYPES.has(type) && !supportedMimeTypes.has(type)
 }
 
 /**
  * The type a file name's extension gives (the `mime-types` table, from mime-db), when it is one
- * a name may give (inertByName) and the bytes agree (text types only when the first SNIFF_BYTES
- * hold no NUL, as looksLike checks a declared text/plain);
- * else null. Only for files whose bytes match no signature: the bytes always win.
+ * a name may give (inertByName) and the bytes are text (no NUL in the first SNIFF_BYTES, as
+ * looksLike checks a declared text/plain); else null. Only for files whose bytes match no
+ * signature: the bytes always win.
  */
 export function typeFromName(filename: string | null | undefined, head: Uint8Array): string | null {
   // The last dot's extension of the last path segment; no dot, no extension (the table would
@@ -125,7 +123,7 @@ export function typeFromName(filename: string | null | undefined, head: Uint8Arr
   if (!extension) return null
   const found = mimeTypes.lookup(extension)
   if (!found || !inertByName(found)) return null
-  if (found.startsWith('text/') && head.subarray(0, SNIFF_BYTES).includes(0)) return null
+  if (head.subarray(0, SNIFF_BYTES).includes(0)) return null
   return found
 }
 
