@@ -193,7 +193,8 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
     },
     run: async (ctx, o) => {
       // Hex, not base64url: an id that starts with '-' would read as an option on the command line.
-      const clientId = optional(o, 'client-id') ?? toHex(crypto.getRandomValues(new Uint8Array(16)))
+      // An empty --client-id (an unset variable in a script) is refused, not replaced by a random id.
+      const clientId = typeof o['client-id'] === 'string' ? o['client-id'] : toHex(crypto.getRandomValues(new Uint8Array(16)))
       if (!CLIENT_ID.test(clientId)) throw new AdminError(CLIENT_ID_RULE)
       const defaultScopes = scopeList(typeof o['default-scopes'] === 'string' ? o['default-scopes'] : 'public', '--default-scopes')
       if (defaultScopes.length === 0) throw new AdminError('--default-scopes needs at least one scope')

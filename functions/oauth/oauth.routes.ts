@@ -75,7 +75,7 @@ export function documentOAuth(app: OpenAPIHono<AppEnv>) {
   })
   registry.registerPath({
     method: 'get', path: '/oauth/authorize', tags: ['OAuth'], summary: 'Authorization request (the consent page)',
-    description: 'RFC 6749 section 4.1.1 with PKCE (RFC 7636, S256; required for public clients). A signed-in member sees the app and each scope in plain words; Approve redirects to `redirect_uri` with `code` and `state`, Deny with `error=access_denied`. A member who approved these scopes (or more) for this app before and has not revoked it is redirected with a code at once (remembered consent). Not signed in: a sign-in form. An unknown client or unregistered `redirect_uri` is an error page, never a redirect (docs/oauth.md).',
+    description: 'RFC 6749 section 4.1.1 with PKCE (RFC 7636, S256; required for public clients). A signed-in member sees the app and each scope in plain words; Approve redirects to `redirect_uri` with `code` and `state`, Deny with `error=access_denied`. A member who approved these scopes (or more) for this app before and has not revoked it is redirected with a code at once (remembered consent), when the redirect assures the app’s identity: a confidential app, or a public app redirecting to https on a named host (RFC 8252 section 8.6; a loopback or private-scheme redirect shows the page every time). Not signed in: a sign-in form. An unknown client or unregistered `redirect_uri` is an error page, never a redirect (docs/oauth.md).',
     request: {
       query: z.object({
         response_type: z.literal('code'), client_id: z.string(), redirect_uri: z.string().openapi({ description: 'Exactly one of the registered URIs.' }),

@@ -318,9 +318,15 @@ async function showAuthorize(c: OAuthContext, params: URLSearchParams, signInErr
   const session = cookieValue(c, sessionCookieName(c))!
   // Remembered consent: the member approved these scopes (or more) for this app before and has
   // not revoked it, so the answer is a code at once. Anything wider shows the page again, with
-  // the new scopes marked: an app cannot widen what it holds without the member seeing it.
-  const granted = context.granted_scopes ?? null
-  if (granted && check.scopes.every((scope) => granted.includes(scope))) return approve(c, session, params.get('client_id')!, check)
+  // the new scopes marked: an app cannot widen what it holds without the member seeing it. The
+  // SQL side reads the approval again under its lock (a Revoke may have come in between): then
+  // the page after all.
+  let granted = context.granted_scopes ?? null
+  if (granted && check.scopes.every((scope) => granted!.includes(scope)) && identityAssured(check)) {
+    const silent = await approve(c, session, params.get('client_id')!, check, true)
+    if (silent) return silent
+    granted = null
+  }
   const fields: Record<string, string> = {}
   for (const name of AUTHORIZE_PARAMS) {
     const value = params.get(name)
@@ -337,16 +343,40 @@ async function showAuthorize(c: OAuthContext, params: URLSearchParams, signInErr
  * side checks again what the page checked (the form came back from the browser) and remembers
  * the approval (app.oauth_grants).
  */
-async function approve(c: OAuthContext, session: string, clientId: string, check: ApprovableRequest): Promise<Response> {
+async function approve(c: OAuthContext, session: string, clientId: string, check: ApprovableRequest): Promise<Response>
+async function approve(c: OAuthContext, session: string, clientId: string, check: ApprovableRequest, remembered: true): Promise<Response | null>
+async function approve(c: OAuthContext, session: string, clientId: string, check: ApprovableRequest, remembered = false): Promise<Response | null> {
   const code = randomToken(32)
-  const result = await call<Partial<OAuthFailure> & { ok?: boolean }>(c, 'app.oauth_create_code', [
-    await sha256Hex(session), clientId, check.redirectUri, check.scopes, check.challenge, await sha256Hex(code), CODE_SECONDS,
+  const result = await call<Partial<OAuthFailure> & { ok?: boolean; consent_required?: boolean }>(c, 'app.oauth_create_code', [
+    await sha256Hex(session), clientId, check.redirectUri, check.scopes, check.challenge, await sha256Hex(code), CODE_SECONDS, remembered,
   ])
+  // Remembered, but the approval no longer covers the request (revoked meanwhile): no code.
+  if (result.consent_required) return null
   if (result.error) {
     if (result.status === 403) return page(c, errorPage(result.error_description ?? 'Start again from the application.'), 403)
     return redirectTo(c, check.redirectUri, { error: result.error, error_description: result.error_description ?? null, state: check.state })
   }
   return redirectTo(c, check.redirectUri, { code, state: check.state })
+}
+
+/**
+ * Whether a remembered approval may answer without the consent page: only when the code can go
+ * to no one but the app (RFC 8252 section 8.6). A confidential client proves who it is at the
+ * token endpoint; a public client's https redirect on a real host is the app's own site. A
+ * public client's loopback or private-scheme redirect is not: any program on the member's
+ * machine can listen on that port or claim that scheme, send the browser to us with the app's
+ * public client_id and its own PKCE challenge, and would get the member's tokens without the
+ * member seeing a page. Those apps show the consent page every time (their approval is still
+ * listed on the apps page, and Revoke still ends it).
+ */
+function identityAssured(check: ApprovableRequest): boolean {
+  if (!check.client.public) return true
+  const url = new URL(check.redirectUri)
+  if (url.protocol !== 'https:') return false
+  // Not a name on the member's own machine, nor an address literal (loopback, or any other: a
+  // real site has a name, and a literal may be the member's machine under another spelling).
+  const host = url.hostname.toLowerCase()
+  return !(host === 'localhost' || host.endsWith('.localhost') || host.startsWith('[') || /^[0-9.]+$/.test(host))
 }
 
 /** Where the sign-in form continues: the page of authorized apps, or the authorization request. */

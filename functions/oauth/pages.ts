@@ -144,7 +144,7 @@ export function errorPage(message: string): string {
  */
 export function signInPage(options: { appName: string; authorize: string; error?: string } | { returnTo: 'apps'; error?: string }): string {
   const heading = 'returnTo' in options ? 'Sign in to see the apps you authorized' : `Sign in to continue to ${escape(options.appName)}`
-  const fields = 'returnTo' in options ? { return: options.returnTo } : { authorize: options.authorize }
+  const fields: Record<string, string> = 'returnTo' in options ? { return: options.returnTo } : { authorize: options.authorize }
   return layout('Sign in', `<h1>${heading}</h1>
 ${options.error ? `<p class="error" role="alert">${escape(options.error)}</p>` : ''}
 <form method="post" action="login">

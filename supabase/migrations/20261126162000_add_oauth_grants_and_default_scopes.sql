@@ -205,8 +205,11 @@ comment on function app.oauth_authorize_context(text, text) is
 
 
 -- app.oauth_create_code: supabase/schemas/85_oauth.sql
-create or replace function app.oauth_create_code(session_hash text, presented_client_id text, requested_redirect_uri text, granted_scopes text[],
-                                      requested_challenge text, new_code_hash text, code_seconds integer)
+-- A new argument (remembered, default false, so a caller of the old signature still works while
+-- the functions deploy): a new signature, so the old function goes.
+drop function app.oauth_create_code(text, text, text, text[], text, text, integer);
+create function app.oauth_create_code(session_hash text, presented_client_id text, requested_redirect_uri text, granted_scopes text[],
+                                      requested_challenge text, new_code_hash text, code_seconds integer, remembered boolean default false)
 returns jsonb
 language plpgsql
 volatile
@@ -217,6 +220,7 @@ declare
   client app.oauth_clients;
   seen integer;
   rule app.rate_limits;
+  approved text[];
 begin
   select s.user_id into member from app.oauth_sessions s where s.id_hash = decode(session_hash, 'hex') and s.expires_at > now();
   select * into client from app.oauth_clients c where c.client_id = presented_client_id;
@@ -233,27 +237,41 @@ begin
   -- Codes granted per member (oauth_authorize), counted like every write that grows a table.
   select * into rule from app.rate_limits r where r.action = 'oauth_authorize';
   perform pg_advisory_xact_lock(hashtextextended('app.oauth_create_code ' || member::text, 0));
+  -- Remembered consent (no page was shown): the approval must still cover every scope asked,
+  -- read here under its row's lock, not from what GET /oauth/authorize read a moment before. A
+  -- Revoke (app.oauth_revoke_grant, which deletes this row first) that committed in between
+  -- leaves no row: the member sees the consent page, and no code or approval comes back.
+  if remembered then
+    select g.scopes into approved from app.oauth_grants g where g.user_id = member and g.client_id = client.id for update;
+    if approved is null or not (granted_scopes <@ approved) then
+      return jsonb_build_object('consent_required', true);
+    end if;
+  end if;
   select count(*) into seen from app.oauth_authorization_codes a where a.user_id = member and a.created_at > now() - rule.per;
   if seen >= rule.max_events then
     return app.oauth_error('temporarily_unavailable', format('Too many authorizations: at most %s per %s minutes.', rule.max_events, extract(epoch from rule.per)::integer / 60), 429, 60);
   end if;
   delete from app.oauth_authorization_codes a where a.expires_at <= now() - interval '1 day';
-  -- Remembered: the union of what the member approved for this app, in the order of the scopes'
-  -- list. The row lock this takes is what app.oauth_revoke_grant takes first, so an approval and
-  -- a revocation of the same app run one after the other.
-  insert into app.oauth_grants as g (user_id, client_id, scopes)
-  values (member, client.id, granted_scopes)
-  on conflict (user_id, client_id) do update
-    set scopes = array(select k.scope from unnest(array['public', 'write', 'billing', 'notifications', 'chat']) with ordinality as k(scope, n)
-                       where k.scope = any (g.scopes) or k.scope = any (excluded.scopes) order by k.n),
-        updated_at = now();
+  -- An approval on the page is remembered: the union of what the member approved for this app,
+  -- in the order of the scopes' list. The row lock this takes is what app.oauth_revoke_grant
+  -- takes first, so an approval and a revocation of the same app run one after the other. (A
+  -- remembered answer approved nothing new: the row stays as it is.)
+  if not remembered then
+    insert into app.oauth_grants as g (user_id, client_id, scopes)
+    values (member, client.id, granted_scopes)
+    on conflict (user_id, client_id) do update
+      set scopes = array(select k.scope from unnest(array['public', 'write', 'billing', 'notifications', 'chat']) with ordinality as k(scope, n)
+                         where k.scope = any (g.scopes) or k.scope = any (excluded.scopes) order by k.n),
+          updated_at = now();
+  end if;
   insert into app.oauth_authorization_codes (code_hash, client_id, user_id, redirect_uri, scopes, code_challenge, expires_at)
   values (decode(new_code_hash, 'hex'), client.id, member, requested_redirect_uri, granted_scopes, requested_challenge, now() + make_interval(secs => code_seconds));
   return jsonb_build_object('ok', true);
 end;
 $$;
-comment on function app.oauth_create_code(text, text, text, text[], text, text, integer) is
-  'POST /oauth/authorize (Approve), and GET /oauth/authorize when the member already approved these scopes for this app: stores a code for the signed-in member, after checking again what the page checked (the client, the exact redirect URI, chat only for approved apps, PKCE for public clients), since the form comes back from the browser, and remembers the approval (app.oauth_grants, the union of the scopes approved). oauth_authorize limits codes per member (counted from the codes themselves, kept a day past expiry), remembered ones included, so a page that sends the member''s browser round the authorization loop cannot mint codes without bound. Expired codes older than a day are swept.';
+comment on function app.oauth_create_code(text, text, text, text[], text, text, integer, boolean) is
+  'POST /oauth/authorize (Approve), and GET /oauth/authorize when the member already approved these scopes for this app (remembered): stores a code for the signed-in member, after checking again what the page checked (the client, the exact redirect URI, chat only for approved apps, PKCE for public clients), since the form comes back from the browser. An approval is remembered (app.oauth_grants, the union of the scopes approved); a remembered answer re-reads that approval under its row lock and answers {consent_required: true} instead of a code when it no longer covers the scopes (revoked meanwhile), so a Revoke racing a silent authorization is never undone by it. oauth_authorize limits codes per member (counted from the codes themselves, kept a day past expiry), remembered ones included, so a page that sends the member''s browser round the authorization loop cannot mint codes without bound. Expired codes older than a day are swept.';
+revoke execute on function app.oauth_create_code(text, text, text, text[], text, text, integer, boolean) from public;
 
 
 -- app.oauth_member_apps: supabase/schemas/85_oauth.sql
