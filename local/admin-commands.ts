@@ -25,6 +25,23 @@ const ACCESS_TOKEN_SECONDS = 3600
 const DELETION_ATTEMPTS = 5
 const KNOWN_SCOPES = new Set(['public', 'write', 'billing', 'notifications', 'chat'])
 const PRIVACY = new Set(['public', 'protected', 'private'])
+/**
+ * A client id given with --client-id (an app that already ships with one): 1 to 128 letters,
+ * digits, '.', '_', '~' or '-' (RFC 3986's unreserved characters: the id travels in URLs, forms
+ * and token claims unencoded), starting with a letter or digit (never read as an option). The
+ * table's check constraint (app.oauth_clients) says the same.
+ */
+const CLIENT_ID = /^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$/
+const CLIENT_ID_RULE = '--client-id must be 1 to 128 letters, digits, ".", "_", "~" or "-", starting with a letter or digit'
+
+/** A space- or comma-separated scope list: known scopes only, repeats dropped. */
+function scopeList(value: string, option: string): string[] {
+  const words = value.split(/[\s,]+/).filter(Boolean)
+  const unknown = words.filter((s) => !KNOWN_SCOPES.has(s))
+  if (unknown.length) throw new AdminError(`${option}: unknown scope ${unknown.join(', ')}; scopes are ${[...KNOWN_SCOPES].join(' ')}`)
+  // In the list's own order, as the consent page and the token's `scope` show them.
+  return [...KNOWN_SCOPES].filter((scope) => words.includes(scope))
+}
 
 function required(options: Options, name: string): string {
   const value = options[name]
@@ -172,11 +189,16 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
   'create-oauth-client': {
     options: {
       name: { type: 'string' }, 'first-party': { type: 'boolean' }, chat: { type: 'boolean' }, public: { type: 'boolean' },
-      'redirect-uri': { type: 'string', multiple: true },
+      'redirect-uri': { type: 'string', multiple: true }, 'default-scopes': { type: 'string' }, 'client-id': { type: 'string' },
     },
     run: async (ctx, o) => {
       // Hex, not base64url: an id that starts with '-' would read as an option on the command line.
-      const clientId = toHex(crypto.getRandomValues(new Uint8Array(16)))
+      // An empty --client-id (an unset variable in a script) is refused, not replaced by a random id.
+      const clientId = typeof o['client-id'] === 'string' ? o['client-id'] : toHex(crypto.getRandomValues(new Uint8Array(16)))
+      if (!CLIENT_ID.test(clientId)) throw new AdminError(CLIENT_ID_RULE)
+      const defaultScopes = scopeList(typeof o['default-scopes'] === 'string' ? o['default-scopes'] : 'public', '--default-scopes')
+      if (defaultScopes.length === 0) throw new AdminError('--default-scopes needs at least one scope')
+      if (defaultScopes.includes('chat') && !o.chat) throw new AdminError('--default-scopes may include chat only for an app approved for it (--chat)')
       // A public client (desktop, mobile) cannot keep a secret: it gets none and must use PKCE.
       const clientSecret = o.public ? null : randomToken(32)
       const redirects = [...new Set((o['redirect-uri'] as string[] | undefined) ?? [])]
@@ -197,9 +219,15 @@ const commands: Record<string, { options: Record<string, { type: 'string' | 'boo
           throw new AdminError(`--redirect-uri ${JSON.stringify(uri)} must be https (plain http only for 127.0.0.1, [::1] or localhost)`)
         }
       }
-      await ctx.sql`insert into app.oauth_clients (client_id, secret_hash, name, first_party, chat_enabled, redirect_uris)
-                    values (${clientId}, decode(${clientSecret ? await sha256Hex(clientSecret) : null}::text, 'hex'), ${required(o, 'name')},
-                            ${Boolean(o['first-party'])}, ${Boolean(o.chat)}, ${redirects})`
+      const name = required(o, 'name')
+      const [created] = await ctx.sql<{ client_id: string }[]>`
+        insert into app.oauth_clients (client_id, secret_hash, name, first_party, chat_enabled, redirect_uris, default_scopes)
+        values (${clientId}, decode(${clientSecret ? await sha256Hex(clientSecret) : null}::text, 'hex'), ${name},
+                ${Boolean(o['first-party'])}, ${Boolean(o.chat)}, ${redirects}, ${defaultScopes})
+        on conflict (client_id) do nothing
+        returning client_id`
+      // Never a second app under one id: the id is what the authorization and token endpoints trust.
+      if (!created) throw new AdminError(`an OAuth client with --client-id ${clientId} already exists`)
       return { client_id: clientId, client_secret: clientSecret }
     },
   },

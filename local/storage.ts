@@ -158,8 +158,10 @@ export function localStorage(options: LocalStorageOptions): LocalStorage {
     // One completed PUT per signed URL: claim the upload before taking a byte of the body. A
     // claim outlives the PUT's deadline by a margin, so it lapses only when its server is gone.
     const claimSeconds = Math.ceil(putDeadlineMs / 1000) + 300
+    // The upload's file name rides along: when the bytes say nothing, its extension may (typeFromName).
     const [claim] = await options.sql`
-      select app.begin_stored_file(${key}, ${`${claimSeconds} seconds`}::interval) as state`
+      select app.begin_stored_file(${key}, ${`${claimSeconds} seconds`}::interval) as state,
+             (select u.filename from app.uploads u where u.key = ${key}) as filename`
     if (claim?.state === 'unknown') return refuse(404, 'No such upload: it was removed, or never asked for.')
     if (claim?.state === 'stored') {
       return refuse(409, 'This upload URL has been used: the file is stored. Ask POST /v1/uploads for a new URL to upload another file.')
@@ -180,9 +182,10 @@ export function localStorage(options: LocalStorageOptions): LocalStorage {
         return refuse(400, 'The body does not match Content-MD5: the file changed or arrived damaged.')
       }
 
-      // Storage records what the file is: the declared type only when the file starts as one.
+      // Storage records what the file is: the declared type only when the file starts as one;
+      // for bytes of no named type, what the bytes say, else what the name may say.
       const head = await readHead(incoming, SNIFF_BYTES)
-      const mime = await storedType(contentType, head)
+      const mime = await storedType(contentType, head, claim?.filename as string | null | undefined)
       let width: number | null = null
       let height: number | null = null
       if (mime.startsWith('image/')) {

@@ -40,6 +40,11 @@ async function counterDrift() {
       (select count(*) from app.users u where u.followers_count <> (select count(*) from app.user_follows f where f.followee_id = u.id))::int as user_followers,
       (select count(*) from app.users u where u.todos_count <> (select count(*) from app.todos t where t.user_id = u.id))::int as user_todos,
       (select count(*) from app.projects p where p.followers_count <> (select count(*) from app.project_follows f where f.project_id = p.id))::int as project_followers,
+      -- A project's todos per author (issue 28: the Project's todos_count).
+      (select count(*) from app.project_todo_counts c
+        full join (select project_id, user_id, count(*) as n from app.todos where project_id is not null group by 1, 2) r
+          on r.project_id = c.project_id and r.user_id = c.user_id
+        where coalesce(c.todos, 0) <> coalesce(r.n, 0))::int as project_todos,
       ((select coalesce(sum(todos), 0) from app.todo_totals) <> (select count(*) from app.todos))::int as totals`
   return drift
 }
@@ -235,7 +240,7 @@ describe('approve-deletion', () => {
     expect(seen.before.bobs.followers_count).toBe(1)
     expect(seen.before.inbox.unread_count).toBe(1)
     expect(seen.before.catComment.reactions_count).toBe(1)
-    expect(await counterDrift()).toEqual({ todo_reactions: 0, todo_comments: 0, comment_reactions: 0, user_followers: 0, user_todos: 0, project_followers: 0, totals: 0 })
+    expect(await counterDrift()).toEqual({ todo_reactions: 0, todo_comments: 0, comment_reactions: 0, user_followers: 0, user_todos: 0, project_followers: 0, project_todos: 0, totals: 0 })
 
     expect((await world.delete('/v1/account', { auth: lea.api_key })).status).toBe(204)
   })
@@ -284,7 +289,7 @@ describe('approve-deletion', () => {
     expect((await world.get('/v1/users/me', { auth: bob.api_key })).body.todos_count).toBe(seen.before.bob.todos_count)
     const inbox = (await world.get('/v1/conversations', { auth: seen.bobChat })).body
     expect(inbox).toMatchObject({ data: [], total_count: 0, unread_count: 0 })
-    expect(await counterDrift()).toEqual({ todo_reactions: 0, todo_comments: 0, comment_reactions: 0, user_followers: 0, user_todos: 0, project_followers: 0, totals: 0 })
+    expect(await counterDrift()).toEqual({ todo_reactions: 0, todo_comments: 0, comment_reactions: 0, user_followers: 0, user_todos: 0, project_followers: 0, project_todos: 0, totals: 0 })
   })
 
   it('nothing of hers is readable through any endpoint that could render her', async () => {

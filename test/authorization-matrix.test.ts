@@ -12,6 +12,17 @@ import { type Row, SCOPES, appOf, concretePath, readTable } from './support/secu
 
 const rows = readTable()
 const UPGRADE_URL = 'https://todo.test/upgrade'
+/**
+ * What a lapsed member's right credential gets on the routes of their data rights (issue 28),
+ * with the matrix's placeholder IDs: an export starts, the list answers, a made-up export is 404,
+ * the deletion request is recorded. Every other route is 401.
+ */
+const LAPSED_DATA_RIGHTS: Record<string, number> = {
+  'POST /v1/exports': 202,
+  'GET /v1/exports': 200,
+  'GET /v1/exports/{export_id}': 404,
+  'DELETE /v1/account': 204,
+}
 /** Every private resource of pat's carries this in its text, so a leak in any body is found by one search. */
 const SECRET = 'PATSECRET'
 
@@ -128,14 +139,18 @@ describe('every route × every bad credential', () => {
       expect403(await call(row, undefined, inQuery(revoked)), 'revoked token in the query')
     })
 
-    it('a lapsed subscription: 401 with upgrade_url (GET /v1/billing answers, to say why)', async () => {
+    it('a lapsed subscription: 401 with upgrade_url (GET /v1/billing answers, to say why; the data rights work)', async () => {
       // Other tests renew and lapse the same member; each cell sets the state it needs.
       const credential = await allowedCredential(lapsed, row)
       await world.admin('set-subscription', '--user', 'lapsed', '--active', 'false')
       const res = await call(row, credential)
+      const dataRight = LAPSED_DATA_RIGHTS[`${row.method} ${row.path}`]
       if (row.method === 'GET' && row.path === '/v1/billing') {
         expect(res.status).toBe(200)
         expect(res.body).toMatchObject({ status: 'inactive' })
+      } else if (dataRight) {
+        // Issue 28: taking one's data and leaving need no subscription (test/data-rights.test.ts).
+        expect(res.status, res.text).toBe(dataRight)
       } else {
         expect(res.status, res.text).toBe(401)
         expect(res.body).toEqual({ error: expect.any(String), upgrade_url: UPGRADE_URL })

@@ -8,7 +8,7 @@ import { brotliCompressSync, brotliDecompressSync, gunzipSync, gzipSync } from '
 import { Hono } from 'hono'
 import { PNG } from 'pngjs'
 import { weakTag } from '../functions/lib/encoding.ts'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { createApp } from '../functions/app.ts'
 import { compression } from '../functions/lib/encoding.ts'
 import { runStorageMaintenance } from '../functions/lib/maintenance.ts'
@@ -547,5 +547,107 @@ describe('uploads of types we do not name', () => {
     const up = await upload(alice, png(4, 4), 'application/pdf', 'not.pdf')
     const todo = await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'nope', attachments: [up.signed_id] } })
     expect(todo.status).toBe(422)
+  })
+})
+
+describe('types from names when bytes say nothing (issue 28, item 4)', () => {
+  // A member per test: together these uploads pass one member's 60 per 10 minutes.
+  let who: CreatedUser
+  let members = 0
+  beforeEach(async () => {
+    members += 1
+    who = await world.createUser(`namer${members}`)
+  })
+
+  /** The attachment of a file declared application/octet-stream: its mime_type and how it is served. */
+  async function attached(file: Buffer, filename: string, declared = 'application/octet-stream') {
+    const up = await upload(who, file, declared, filename)
+    const todo = await world.post('/v1/todos', { auth: who.api_key, json: { body: filename.slice(0, 100), attachments: [up.signed_id] } })
+    expect(todo.status, todo.text).toBe(201)
+    const attachment = todo.body.attachments[0]
+    const served = await fetch(local(attachment.url))
+    return { mime: attachment.mime_type as string, filename: attachment.filename as string, served: served.headers }
+  }
+
+  it('a .txt (and .md, .csv, .json, .log) declared application/octet-stream takes its name’s type from the mime-types table, served as a download', async () => {
+    const cases = [
+      ['notes.txt', 'text/plain'], ['README.md', 'text/markdown'], ['table.csv', 'text/csv'],
+      ['data.json', 'application/json'], ['server.LOG', 'text/plain'], ['archive.tar.txt', 'text/plain'],
+    ] as const
+    for (const [name, expected] of cases) {
+      const { mime, served } = await attached(Buffer.from(`plain words from ${name}\n`), name)
+      expect(mime, name).toBe(expected)
+      expect(served.get('content-type'), name).toBe(expected)
+      expect(served.get('content-disposition'), name).toBe('attachment')
+      expect(served.get('x-content-type-options')).toBe('nosniff')
+      expect(served.get('content-security-policy')).toMatch(/^sandbox;/)
+    }
+  })
+
+  it('the name is the one the member gave, not the storage key (which keeps 100 characters: a long name loses its extension there)', async () => {
+    const name = `${'minutes-of-the-meeting-'.repeat(6)}.txt`
+    expect(name.length).toBeGreaterThan(100)
+    expect(await attached(Buffer.from('long name, plain text'), name)).toMatchObject({ mime: 'text/plain', filename: name })
+  })
+
+  it('a name never gives an active type: .html, .svg, .js, .mjs, .cjs, .css, .xml, .xsl, .xhtml, .hta, .pac, .wasm stay application/octet-stream downloads', async () => {
+    for (const name of ['page.html', 'page.htm', 'image.svg', 'app.js', 'module.mjs', 'module.cjs', 'site.css', 'feed.xml', 'style.xsl', 'page.xhtml', 'run.hta', 'proxy.pac', 'code.wasm', 'setup.sh']) {
+      // Text without any signature: file-type recognises none of it.
+      const { mime, served } = await attached(Buffer.from('alert(document.domain) <script>alert(1)</script>'), name)
+      expect(mime, name).toBe('application/octet-stream')
+      expect(served.get('content-type'), name).toBe('application/octet-stream')
+      expect(served.get('content-disposition'), name).toBe('attachment')
+    }
+  })
+
+  it('a name gives only plain text and textual data (an allowlist): text named .doc, .xls, .ppt, .spl, .jad, .ymp, .class, .tcl, .deb, .p7b, .pub, .curl, .sgml, .opml stays application/octet-stream', async () => {
+    // Each of these is in the extension table under a type that is neither HTML, XML nor script,
+    // yet an application registered for it opens, runs or installs it (Word renders HTML named
+    // .doc; Flash, Java ME, YaST one-click installs, Java classes, Tcl, package managers,
+    // certificate import, Publisher, the Curl runtime, SGML and OPML readers).
+    for (const name of ['report.doc', 'sheet.xls', 'deck.ppt', 'movie.spl', 'game.jad', 'install.ymp', 'Main.class', 'run.tcl',
+      'tool.deb', 'chain.p7b', 'flyer.pub', 'applet.curl', 'page.sgml', 'feeds.opml']) {
+      const { mime, served } = await attached(Buffer.from('<html><body><img src="file://attacker.example/share/x.png"></body></html>'), name)
+      expect(mime, name).toBe('application/octet-stream')
+      expect(served.get('content-disposition'), name).toBe('attachment')
+    }
+    // Textual data formats the list has: their names give their types.
+    for (const [name, expected] of [['config.yaml', 'text/yaml'], ['Cargo.toml', 'application/toml'], ['dump.sql', 'application/x-sql'],
+      ['film.srt', 'application/x-subrip'], ['main.c', 'text/x-c'], ['table.tsv', 'text/tab-separated-values']] as const) {
+      expect((await attached(Buffer.from(`1\nplain text of ${name}\n`), name)).mime, name).toBe(expected)
+    }
+  })
+
+  it('a name never vouches for what bytes would show: a .png, .pdf, .ics or .zip of other bytes stays application/octet-stream', async () => {
+    for (const name of ['photo.png', 'paper.pdf', 'meeting.ics', 'bundle.zip', 'clip.mp4', 'font.woff2']) {
+      const { mime, served } = await attached(Buffer.from('these bytes are none of those'), name)
+      expect(mime, name).toBe('application/octet-stream')
+      expect(served.get('content-disposition'), name).toBe('attachment')
+    }
+  })
+
+  it('the bytes win: binary under a text name stays application/octet-stream, a PNG named .txt is a PNG, a name without an extension gives nothing', async () => {
+    const binary = Buffer.from(Array.from({ length: 300 }, (_, i) => (i * 37) % 251))
+    expect((await attached(binary, 'notes.txt')).mime).toBe('application/octet-stream')
+    expect((await attached(png(3, 3), 'picture.txt')).mime).toBe('image/png')
+    expect((await attached(Buffer.from('plain'), 'txt')).mime).toBe('application/octet-stream')
+    expect((await attached(Buffer.from('plain'), 'notes.')).mime).toBe('application/octet-stream')
+  })
+
+  it('a type we do not name is stored as bytes, so its name decides too: application/x-sketch named notes.md is text/markdown, text/html named notes.txt is text/plain', async () => {
+    expect((await attached(Buffer.from('# title'), 'notes.md', 'application/x-sketch')).mime).toBe('text/markdown')
+    expect((await attached(Buffer.from('<b>hi</b>'), 'notes.txt', 'text/html')).mime).toBe('text/plain')
+  })
+
+  it('on Supabase Storage (octet-stream recorded for the PUT) the storage worker takes the name’s type when the bytes say nothing', async () => {
+    const file = Buffer.from('groceries: milk, eggs')
+    const asked = await world.post('/v1/uploads', { auth: bob.api_key, json: { filename: 'list.txt', byte_size: file.length, checksum: md5(file), content_type: 'application/octet-stream' } })
+    await world.sql`insert into storage.objects (bucket_id, name, metadata)
+      values ('uploads', ${asked.body.key}, ${world.sql.json({ size: file.length, mimetype: 'application/octet-stream', eTag: `"${createHash('md5').update(file).digest('hex')}"` })})`
+    const storage = { readStart: async () => new Uint8Array(file), deleteFiles: async () => {} } as unknown as FileStorage
+    await runStorageMaintenance(world.sql, storage)
+    const todo = await world.post('/v1/todos', { auth: bob.api_key, json: { body: 'from the edge, by name', attachments: [asked.body.signed_id] } })
+    expect(todo.status).toBe(201)
+    expect(todo.body.attachments[0]).toMatchObject({ mime_type: 'text/plain', filename: 'list.txt' })
   })
 })

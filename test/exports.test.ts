@@ -489,7 +489,7 @@ describe('GET /v1/billing', () => {
     expect((await world.get('/v1/billing')).status).toBe(403)
   })
 
-  it('a lapsed account still reads its billing status (every other endpoint is 401)', async () => {
+  it('a lapsed account still reads its billing status (every endpoint but billing and its data rights is 401: test/data-rights.test.ts)', async () => {
     const hal = await world.createUser('hal', '--no-subscription')
     expect((await world.get('/v1/users/me', { auth: hal.api_key })).status).toBe(401)
     const billing = await world.get('/v1/billing', { auth: hal.api_key })

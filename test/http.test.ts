@@ -134,7 +134,7 @@ describe('OpenAPI and docs', () => {
       'POST /v1/webhooks/subscriptions/{subscription_id}/secret',
       'DELETE /v1/account', 'GET /v1/billing', 'POST /v1/exports', 'GET /v1/exports', 'GET /v1/exports/{export_id}',
       'GET /oauth/authorize', 'POST /oauth/authorize', 'POST /oauth/login', 'POST /oauth/token', 'POST /oauth/introspect', 'POST /oauth/revoke',
-      'GET /oauth/token/info', 'GET /.well-known/oauth-authorization-server',
+      'GET /oauth/token/info', 'GET /.well-known/oauth-authorization-server', 'GET /oauth/apps', 'POST /oauth/apps', 'POST /oauth/logout',
       'GET /v1/notifications', 'POST /v1/notifications/reading', 'POST /v1/notifications/mark_as_read',
       'GET /v1/notification_preferences', 'PATCH /v1/notification_preferences/{identifier}', 'POST /v1/devices', 'DELETE /v1/devices/{token}',
     ]

@@ -1,7 +1,7 @@
 // Issue 19, item 3: races. Every idempotent operation sent ten times at once over HTTP leaves
 // exactly one row (and every answer is a success, never a 5xx from a unique violation or a
 // deadlock); then a seeded random workload of members posting, deleting, commenting, replying,
-// reacting, following, changing privacy, messaging and reading runs concurrently, and afterwards
+// reacting, following, changing privacy, moving todos between projects, messaging and reading runs concurrently, and afterwards
 // every stored counter equals a recount. docs/reliability.md, "Races", lists what is covered.
 import { randomBytes, randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -29,6 +29,11 @@ async function counterDrift() {
       (select count(*) from app.users u where u.followers_count <> (select count(*) from app.user_follows f where f.followee_id = u.id))::int as user_followers,
       (select count(*) from app.users u where u.todos_count <> (select count(*) from app.todos t where t.user_id = u.id))::int as user_todos,
       (select count(*) from app.projects p where p.followers_count <> (select count(*) from app.project_follows f where f.project_id = p.id))::int as project_followers,
+      -- A project's todos per author (issue 28: the Project's todos_count).
+      (select count(*) from app.project_todo_counts c
+        full join (select project_id, user_id, count(*) as n from app.todos where project_id is not null group by 1, 2) r
+          on r.project_id = c.project_id and r.user_id = c.user_id
+        where coalesce(c.todos, 0) <> coalesce(r.n, 0))::int as project_todos,
       (select count(*) from (
          select privacy, sum(todos) as todos from app.todo_totals group by privacy
        ) totals where totals.todos <> (select count(*) from app.todos t where t.author_privacy = totals.privacy))::int as totals_by_privacy,
@@ -74,7 +79,7 @@ async function streakDrift(): Promise<string[]> {
 }
 
 const noDrift = {
-  todo_reactions: 0, todo_comments: 0, comment_reactions: 0, user_followers: 0, user_todos: 0, project_followers: 0,
+  todo_reactions: 0, todo_comments: 0, comment_reactions: 0, user_followers: 0, user_todos: 0, project_followers: 0, project_todos: 0,
   totals_by_privacy: 0, totals: 0, inbox_last_message: 0, conversation_last_message: 0, unread_after_own_message: 0,
   sealed_hours: 0,
 }
@@ -323,8 +328,11 @@ describe(`a random concurrent workload (seed ${SEED}) leaves every counter equal
       const user = await world.createUser(name)
       members.push({ user, chat: await world.token(name, 'chat', { chat: true }) })
     }
+    // Everyone makes every project, so each #work tag makes a project todo, and an edit moves a
+    // todo between projects (the project counters of issue 28).
+    const everyone = members.map((m) => m.user.username).join(',')
     for (const [i, member] of members.slice(0, 3).entries()) {
-      projects.push((await world.admin('create-project', '--owner', member.user.username, '--name', `Work ${i}`, '--slug', `work-${i}`, '--hashtag', `work${i}`)).id)
+      projects.push((await world.admin('create-project', '--owner', member.user.username, '--name', `Work ${i}`, '--slug', `work-${i}`, '--hashtag', `work${i}`, '--makers', everyone)).id)
     }
     // Older todos, in hours that are sealed (issue 26), so the workload's deletions and privacy
     // changes move counts of sealed hours too; and backdated ones posted after the sealing.
@@ -359,7 +367,7 @@ describe(`a random concurrent workload (seed ${SEED}) leaves every counter equal
       const other = random.pick(members)!
       const roll = random.next()
       const kind = random.pick([
-        'todo', 'todo', 'delete_todo', 'comment', 'reply', 'delete_comment', 'react_todo', 'react_comment', 'unreact',
+        'todo', 'todo', 'delete_todo', 'move_todo', 'comment', 'reply', 'delete_comment', 'react_todo', 'react_comment', 'unreact',
         'follow', 'unfollow', 'follow_project', 'unfollow_project', 'privacy', 'message', 'read', 'read_all',
       ])!
       operations.push(async () => {
@@ -375,6 +383,12 @@ describe(`a random concurrent workload (seed ${SEED}) leaves every counter equal
             break
           case 'delete_todo':
             res = await world.delete(`/v1/todos/${random.pick(roll < 0.8 ? own(todos, me) : todos) ?? 'todo_00000000000000000000000000000000'}`, { auth })
+            break
+          case 'move_todo':
+            // An edit that moves one's todo to another project, or out of any (roll ≥ 0.9).
+            res = await world.patch(`/v1/todos/${random.pick(own(todos, me)) ?? 'todo_00000000000000000000000000000000'}`, {
+              auth, json: { body: roll < 0.9 ? `moved to #work${Math.floor(roll * 3.3) % 3}` : 'moved out of every project' },
+            })
             break
           case 'comment':
           case 'reply': {
@@ -446,7 +460,7 @@ describe(`a random concurrent workload (seed ${SEED}) leaves every counter equal
     if (process.env.RACES_VERBOSE) console.log(JSON.stringify([...statuses].sort()))
     expect(failures).toEqual([])
     // The workload did what it says: writes of every kind succeeded.
-    for (const kind of ['todo 201', 'comment 201', 'react_todo 201', 'follow 204', 'message 201']) {
+    for (const kind of ['todo 201', 'move_todo 200', 'comment 201', 'react_todo 201', 'follow 204', 'message 201']) {
       expect(statuses.get(kind) ?? 0, `${kind} in ${JSON.stringify([...statuses])}`).toBeGreaterThan(0)
     }
     expect(await counterDrift()).toEqual(noDrift)

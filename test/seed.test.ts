@@ -55,6 +55,12 @@ describe('seed generator', () => {
     expect(await mismatches(`select 1 from app.todos t where t.reactions_count <> (select count(*) from app.reactions r where r.todo_id = t.id)
                                 or t.comments_count <> (select count(*) from app.comments c where c.todo_id = t.id)`)).toBe(0)
     expect(await mismatches(`select 1 from app.comments c where c.reactions_count <> (select count(*) from app.reactions r where r.comment_id = c.id)`)).toBe(0)
+    expect(await mismatches(`select 1 from app.project_todo_counts c
+                             full join (select project_id, user_id, count(*) as n from app.todos where project_id is not null group by 1, 2) r
+                               on r.project_id = c.project_id and r.user_id = c.user_id
+                             where coalesce(c.todos, 0) <> coalesce(r.n, 0)`)).toBe(0)
+    const [{ n }] = await world.sql`select count(*)::int as n from app.project_todo_counts` as unknown as [{ n: number }]
+    expect(n).toBeGreaterThan(0)
   })
 
   it('local days, authors\' privacy, owning projects and mentions are what the triggers compute', async () => {

@@ -59,7 +59,7 @@ describe('conventions, from the catalog', () => {
       'app.notification_preference_json(text,text,text,boolean)',
       'app.page_envelope(jsonb,boolean,bigint,text)',
       'app.picture_urls(text,text,text,text,text)',
-      'app.project_json_body(app.projects,text,jsonb,jsonb,boolean,boolean)',
+      'app.project_json_body(app.projects,text,jsonb,jsonb,boolean,boolean,bigint)',
       'app.public_url()',
       'app.reaction_json_body(app.reactions,jsonb)',
       'app.request_credential()',

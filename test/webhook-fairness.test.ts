@@ -608,23 +608,38 @@ describe('changing a subscription\'s url', () => {
 describe('the claim at scale', () => {
   /**
    * One claim, rolled back after: which subscriptions it leased a delivery of, and what it cost
-   * the outbox (pg_stat_xact_user_tables: this transaction's own counts).
+   * the outbox: the difference of pg_stat_xact_user_tables across the claim, inside its
+   * transaction. Not the counts alone: they are the backend's pending statistics, which hold
+   * what earlier transactions on the same connection did until the backend flushes them (at
+   * most once a second, and an idle backend up to 10 s later), so a cascade from the last
+   * test's cleanup (delete from app.webhook_subscriptions: a sequential scan of the then small
+   * outbox) was counted as the claim's, now and then (a clean-clone CI). The connection reads
+   * the outbox whole first, so that a measure that counted it would fail every time.
    */
   async function claimOnce(memberCap: number) {
-    const rollback = new Error('roll back')
-    let measured: { claimed: string[]; seq_scan: number; idx_tup_fetch: number } | null = null
-    await world.sql.begin(async (tx) => {
-      await tx`select from app.take_webhook_deliveries(10, interval '45 seconds', 20, interval '2 seconds', 8, ${memberCap})`
-      const leased = await tx<{ id: string }[]>`
-        select app.to_public_id('hook', l.subscription_id) as id from app.webhook_leases l join app.webhook_subscriptions s on s.id = l.subscription_id order by 1`
-      const [cost] = await tx<{ seq_scan: number; idx_tup_fetch: number }[]>`
+    const connection = await world.sql.reserve()
+    const outboxCounters = async () => {
+      const [row] = await connection<{ seq_scan: number; idx_tup_fetch: number }[]>`
         select seq_scan::int, idx_tup_fetch::int from pg_stat_xact_user_tables where relid = 'app.webhook_deliveries'::regclass`
-      measured = { claimed: leased.map((r) => r.id), ...cost! }
-      throw rollback
-    }).catch((err) => {
-      if (err !== rollback) throw err
-    })
-    return measured!
+      return row!
+    }
+    try {
+      await connection`select count(*) from app.webhook_deliveries`
+      await connection`begin`
+      const before = await outboxCounters()
+      await connection`select from app.take_webhook_deliveries(10, interval '45 seconds', 20, interval '2 seconds', 8, ${memberCap})`
+      const after = await outboxCounters()
+      const leased = await connection<{ id: string }[]>`
+        select app.to_public_id('hook', l.subscription_id) as id from app.webhook_leases l join app.webhook_subscriptions s on s.id = l.subscription_id order by 1`
+      return {
+        claimed: leased.map((r) => r.id),
+        seq_scan: after.seq_scan - before.seq_scan,
+        idx_tup_fetch: after.idx_tup_fetch - before.idx_tup_fetch,
+      }
+    } finally {
+      await connection`rollback`
+      connection.release()
+    }
   }
 
   it('200,000 pending deliveries of one dead receiver cost each claim a few index probes, whether its breaker is open, it is at its cap, the unproven half is in use, or it is due', async () => {

@@ -61,7 +61,7 @@ const ExportParam = z.object({
   export_id: z.string().min(1).openapi({ param: { name: 'export_id', in: 'path' }, description: 'exp_ ID.' }),
 })
 
-const ACCESS = 'Needs a read-write key, or the write scope from a first-party app: an archive holds your e-mail address, your mutes and your webhook URLs (which often carry receivers’ credentials), which third-party apps are never shown.'
+const ACCESS = 'Needs a read-write key, or the write scope from a first-party app: an archive holds your e-mail address, your mutes and your webhook URLs (which often carry receivers’ credentials), which third-party apps are never shown. Answered without an active subscription too (never 401): your data is yours to take whether or not you pay.'
 
 export const createExport = createRoute({
   method: 'post',
@@ -69,7 +69,7 @@ export const createExport = createRoute({
   tags: ['Exports'],
   summary: 'Export your data',
   description: `Starts an export of your own data: 202 with a pending Export; poll GET /v1/exports/{export_id} until it is ready, then download its url (an ExportArchive, JSON). One export at a time (429 while one is pending or running), at most 10 a day (429). No request body. ${ACCESS}`,
-  responses: { 202: jsonContent(ExportSchema, 'The export, pending'), ...errors(401, 403, 429) },
+  responses: { 202: jsonContent(ExportSchema, 'The export, pending'), ...errors(403, 429) },
 })
 
 export const listExports = createRoute({
@@ -79,7 +79,7 @@ export const listExports = createRoute({
   summary: 'Your exports',
   description: `Newest first. ${ACCESS}`,
   request: { query: PaginationQuery },
-  responses: { 200: jsonContent(paginated(ExportSchema, 'PaginatedExports'), 'A page of exports'), ...errors(401, 403, 404, 422) },
+  responses: { 200: jsonContent(paginated(ExportSchema, 'PaginatedExports'), 'A page of exports'), ...errors(403, 404, 422) },
 })
 
 export const getExport = createRoute({
@@ -89,5 +89,5 @@ export const getExport = createRoute({
   summary: 'An export: its progress, and once ready its download link',
   description: `404 for anyone else’s. While \`ready\`, \`url\` downloads the archive until \`expires_at\` (24 hours). ${ACCESS}`,
   request: { params: ExportParam },
-  responses: { 200: jsonContent(ExportSchema, 'The export'), ...errors(401, 403, 404) },
+  responses: { 200: jsonContent(ExportSchema, 'The export'), ...errors(403, 404) },
 })

@@ -31,6 +31,9 @@ const ROUTE_ACCESS: Record<string, Access> = {
   'GET /v1/exports/:export_id': 'export',
   // The billing scope's endpoint: any API key, or a token with `billing` (also for a lapsed account).
   'GET /v1/billing': 'billing',
+  // A write, but one a lapsed account may make (issue 28: leaving needs no subscription), as it
+  // may export its data (above); api.account_delete refuses third-party apps.
+  'DELETE /v1/account': 'account',
   // Notifications: OAuth with scope notifications (API keys 403); devices also first-party only.
   'GET /v1/notifications': 'notifications',
   'POST /v1/notifications/reading': 'notifications',

@@ -5,7 +5,7 @@ import type { MiddlewareHandler } from 'hono'
 import { type Credential, assertCredentialAllows } from './db.ts'
 import { accessOf } from './access.ts'
 import type { AppContext, AppEnv } from './context.ts'
-import { ApiError } from './errors.ts'
+import { ApiError, INVALID_TOKEN_CHALLENGE } from './errors.ts'
 import { inTurn } from './respond.ts'
 import { API_KEY_PREFIX, sha256Hex, verifyAccessToken } from './tokens.ts'
 
@@ -45,9 +45,14 @@ const PUBLIC_PATHS = new Set(['/v1/openapi.json'])
  */
 export const credentials: MiddlewareHandler<AppEnv> = async (c, next) => {
   const url = new URL(c.req.url)
-  const credential = await readCredential(presentedSecret(url, c.req.header('authorization')), c.var.deps.jwtSecret)
+  const secret = presentedSecret(url, c.req.header('authorization'))
+  const credential = await readCredential(secret, c.var.deps.jwtSecret)
   if (!credential && !PUBLIC_PATHS.has(c.req.path)) {
-    throw new ApiError(403, 'Authentication required: send an API key or an OAuth access token.')
+    // A bearer token that is no API key and did not verify (expired, forged, not ours): RFC 6750
+    // section 3.1's invalid_token, so an OAuth client knows to refresh or sign in again. An API
+    // key, or nothing at all, gets no challenge (SPEC's 403 as ever).
+    const headers: Record<string, string> = secret && !secret.startsWith(API_KEY_PREFIX) ? { 'WWW-Authenticate': INVALID_TOKEN_CHALLENGE } : {}
+    throw new ApiError(403, 'Authentication required: send an API key or an OAuth access token.', {}, headers)
   }
   c.set('credential', credential)
   await next()

@@ -15,7 +15,7 @@ export function corsPath(path: string): boolean {
 export const CORS_METHODS = 'GET, POST, PUT, PATCH, DELETE, OPTIONS'
 /** Content-MD5: the signed upload PUT carries it. Idempotency-Key: safe retries of writes (functions/lib/idempotency.ts). */
 export const CORS_HEADERS = 'Authorization, Content-Type, Content-MD5, If-None-Match, X-Request-Id, Idempotency-Key'
-export const CORS_EXPOSED = 'Retry-After, ETag, X-Request-Id, Location, Content-Disposition, Idempotent-Replayed'
+export const CORS_EXPOSED = 'Retry-After, ETag, X-Request-Id, Location, Content-Disposition, Idempotent-Replayed, WWW-Authenticate'
 
 /** `routed` maps a request to the path the app routes on (without the platform prefix). */
 export function cors(routed: (req: Request) => string): MiddlewareHandler {

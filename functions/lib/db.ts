@@ -2,7 +2,9 @@
 //
 // A request is a single statement, so it is one round trip and its own transaction:
 //   1. `auth`  resolves the credential (app.authenticate, security definer): unknown key,
-//      revoked token → 403; lapsed subscription → 401; credential not allowed → 403.
+//      revoked token → 403; lapsed subscription → 401 (not for billing, exports and account
+//      deletion: a lapsed member may still see why, take their data and leave); credential not
+//      allowed → 403.
 //   2. `admitted` takes one of the member's 8 slots (app.admit_request): a 9th request of one
 //      member at once → 429. It is what bounds one member's share of the database across servers
 //      and edge isolates (functions/lib/admission.ts queues within one, and counts reads).
@@ -22,7 +24,7 @@
 import type { Sql } from 'postgres'
 
 /** What a route needs the credential to allow (see app.authenticate). */
-export type Access = 'read' | 'write' | 'upload' | 'search' | 'notifications' | 'devices' | 'chat' | 'export' | 'billing'
+export type Access = 'read' | 'write' | 'upload' | 'search' | 'notifications' | 'devices' | 'chat' | 'export' | 'billing' | 'account'
 
 /** A credential as the HTTP layer hands it to the database. */
 export type Credential =

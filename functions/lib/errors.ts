@@ -184,6 +184,25 @@ export function describeError(err: unknown, upgradeUrl: string): ErrorBody {
   return { status, body, headers }
 }
 
+/** RFC 6750 section 3.1: the challenge of a request whose OAuth access token is expired, revoked, forged or unknown. */
+export const INVALID_TOKEN_CHALLENGE = 'Bearer error="invalid_token"'
+
+/**
+ * The `WWW-Authenticate` challenge (RFC 6750 section 3.1) of an error that an OAuth access token
+ * earned, or null: `invalid_token` when the database refused the token itself
+ * (app.refuse_credential), `insufficient_scope` with the scopes that would do when it lacks one
+ * (app.refuse_scope, whose hint names them). The status stays SPEC's 403; the challenge is how a
+ * generic OAuth client learns to refresh, sign in again, or ask the member for more. API keys
+ * get none: they are no OAuth tokens, and nothing is to be renewed.
+ */
+export function bearerChallenge(err: unknown, credentialKind: string | undefined): string | null {
+  if (credentialKind !== 'oauth' || !isPostgresError(err) || err.code !== 'PT403') return null
+  const hint = (err as { hint?: unknown }).hint
+  if (hint === 'credential refused') return INVALID_TOKEN_CHALLENGE
+  const scope = typeof hint === 'string' ? /^insufficient_scope ([a-z]+(?: [a-z]+)*)$/.exec(hint)?.[1] : undefined
+  return scope ? `Bearer error="insufficient_scope", scope="${scope}"` : null
+}
+
 /** Retry-After of a 503: a statement cancelled by its timeout, a serialization failure, a deadlock, the database out of reach. */
 export const RETRY_AFTER_UNAVAILABLE_SECONDS = 2
 
@@ -218,6 +237,8 @@ export async function errorResponse(
     }
   }
   const { status, body, headers } = describeError(err, upgradeUrl)
+  const challenge = bearerChallenge(err, (c.var as unknown as { credential?: { kind?: string } | null }).credential?.kind)
+  if (challenge) headers['WWW-Authenticate'] = challenge
   // An unreachable database is logged in one line, not a stack per request while it restarts.
   if (status >= 500 && isDatabaseUnavailable(err)) console.error(unavailableLogLine(err))
   // An ApiError is an answer we chose (a busy server's 503), not a fault to investigate.

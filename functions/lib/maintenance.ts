@@ -9,7 +9,7 @@
 // `npm start` runs it every minute; on Supabase, pg_cron calls POST /internal/maintenance.
 import { imageSize } from 'image-size'
 import type { Sql } from 'postgres'
-import { detectType } from './media.ts'
+import { detectedType } from './media.ts'
 import { transaction } from './sql.ts'
 import type { FileStorage } from './storage.ts'
 
@@ -90,14 +90,15 @@ export async function runStorageMaintenance(sql: Sql, storage: FileStorage, stal
   }
 
   let measuredImages = 0
-  const unmeasured = await sql`select key from app.unmeasured_images(${BATCH})`
-  for (const { key } of unmeasured) {
+  const unmeasured = await sql`select key, filename from app.unmeasured_images(${BATCH})`
+  for (const { key, filename } of unmeasured) {
     const head = await storage.readStart(key as string, IMAGE_HEAD_BYTES)
     let width: number | null = null
     let height: number | null = null
     if (head) {
-      // A file declared application/octet-stream: Supabase Storage recorded that; find what it is.
-      await sql`select app.record_detected_type(${key as string}, ${await detectType(head)})`
+      // A file declared application/octet-stream: Supabase Storage recorded that; find what it is
+      // from its bytes, else from its name (as the local storage server does on PUT).
+      await sql`select app.record_detected_type(${key as string}, ${await detectedType(head, filename as string | null)})`
       try {
         const size = imageSize(head)
         const turned = (size.orientation ?? 1) >= 5

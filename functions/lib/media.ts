@@ -1,6 +1,7 @@
 // What a stored file really is, from its first bytes, and how a file of a type may be served.
 // Runtime-neutral (the local storage server and the storage worker both use it).
-import { fileTypeFromBuffer } from 'file-type/core'
+import { fileTypeFromBuffer, supportedMimeTypes } from 'file-type/core'
+import mimeTypes from 'mime-types'
 
 /** Bytes of a file's start that are enough to recognise every type we accept. */
 export const SNIFF_BYTES = 4096
@@ -79,12 +80,69 @@ export async function detectType(head: Uint8Array): Promise<string | null> {
 }
 
 /**
+ * The types a file name may give (issue 28), and only these: plain text and textual data, which
+ * no browser or client app runs, renders as a document or installs. A list of what is allowed,
+ * not of what is refused: the extension table (mime-db) maps names to hundreds of types, and
+ * many that are neither HTML, XML nor script are still run or opened by an application
+ * registered for them (Word opens HTML named .doc; .xbap, .spl, .jad, .ymp, .class, .tcl, .deb,
+ * .p7b…). A type missing here only means the file stays application/octet-stream, a download.
+ * None is a type file-type recognises from bytes (text/calendar, text/vcard, text/vtt are), so a
+ * name never vouches for what bytes would have shown.
+ */
+export const NAME_TYPES: ReadonlySet<string> = new Set([
+  // Documents and tables.
+  'text/plain', 'text/markdown', 'text/x-markdown', 'text/csv', 'text/tab-separated-values', 'text/x-org',
+  'text/x-nfo', 'text/x-setext',
+  // Data and configuration.
+  'text/yaml', 'application/json', 'application/geo+json', 'application/ld+json', 'application/json5',
+  'application/hjson', 'application/toml', 'application/x-sql', 'text/turtle', 'text/n3', 'text/vnd.graphviz',
+  // Source code that no browser runs, and TeX.
+  'text/x-c', 'text/x-java-source', 'text/x-lua', 'text/x-asm', 'text/x-fortran', 'text/x-pascal',
+  'text/x-sass', 'text/x-scss', 'text/less', 'text/stylus',
+  'application/x-tex', 'application/x-latex', 'application/x-texinfo',
+  // Subtitles.
+  'application/x-subrip',
+])
+
+/** Whether a name may give this type: one of NAME_TYPES (inert text), never anything a browser or an app runs. */
+export function inertByName(mime: string): boolean {
+  const type = mime.split(';')[0]!.trim().toLowerCase()
+  return NAME_TYPES.has(type) && !supportedMimeTypes.has(type)
+}
+
+/**
+ * The type a file name's extension gives (the `mime-types` table, from mime-db), when it is one
+ * a name may give (inertByName) and the bytes are text (no NUL in the first SNIFF_BYTES, as
+ * looksLike checks a declared text/plain); else null. Only for files whose bytes match no
+ * signature: the bytes always win.
+ */
+export function typeFromName(filename: string | null | undefined, head: Uint8Array): string | null {
+  // The last dot's extension of the last path segment; no dot, no extension (the table would
+  // read a bare "txt" as one).
+  const extension = /\.([A-Za-z0-9_+-]{1,32})$/.exec((filename ?? '').split(/[\\/]/).pop() ?? '')?.[1]
+  if (!extension) return null
+  const found = mimeTypes.lookup(extension)
+  if (!found || !inertByName(found)) return null
+  if (head.subarray(0, SNIFF_BYTES).includes(0)) return null
+  return found
+}
+
+/**
+ * The type of a file declared application/octet-stream: what its bytes say (file-type), else
+ * what its name says when that may be said by a name (typeFromName), else null.
+ */
+export async function detectedType(head: Uint8Array, filename: string | null | undefined): Promise<string | null> {
+  return (await detectType(head)) ?? typeFromName(filename, head)
+}
+
+/**
  * The type to record for a stored file. Declared as one of the named types: that type when the
  * file starts as one, else application/octet-stream (attaching then refuses it, and it is only
  * ever served as a download). Declared application/octet-stream (any type we do not name): the
- * type found in the bytes, else application/octet-stream.
+ * type found in the bytes, else its name's (never an active type: typeFromName), else
+ * application/octet-stream.
  */
-export async function storedType(declared: string, head: Uint8Array): Promise<string> {
-  if (declared === 'application/octet-stream') return (await detectType(head)) ?? 'application/octet-stream'
+export async function storedType(declared: string, head: Uint8Array, filename?: string | null): Promise<string> {
+  if (declared === 'application/octet-stream') return (await detectedType(head, filename)) ?? 'application/octet-stream'
   return looksLike(declared, head) ? declared : 'application/octet-stream'
 }

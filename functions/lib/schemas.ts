@@ -54,6 +54,7 @@ export const ProjectSchema = z
     website_url: z.string().nullable(),
     github_url: z.string().nullable(),
     privacy: z.enum(['public', 'protected', 'private']),
+    protected: z.boolean().openapi({ description: 'Whether `privacy` is `protected` (its profile is visible to everyone, its todos to its makers and approved followers).' }),
     archived: z.boolean(),
     url: z.string(),
     logo: ImageSetSchema,
@@ -62,6 +63,7 @@ export const ProjectSchema = z
     owner: UserSchema,
     makers: z.array(UserSchema),
     followers_count: z.number().int().openapi({ description: 'Approved followers.' }),
+    todos_count: z.number().int().openapi({ description: 'How many of the project’s todos (those of GET /v1/projects/{project_id}/todos) you may see: its public makers’ todos, your own, and those of protected makers you follow; 0 for a protected project you neither make nor follow. Kept as todos are written, so it costs the same whatever the number of todos.' }),
     following: z.boolean(),
     follow_requested: z.boolean().openapi({ description: 'Your request to follow this protected project is pending (a maker has not answered it).' }),
   })

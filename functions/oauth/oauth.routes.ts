@@ -75,17 +75,17 @@ export function documentOAuth(app: OpenAPIHono<AppEnv>) {
   })
   registry.registerPath({
     method: 'get', path: '/oauth/authorize', tags: ['OAuth'], summary: 'Authorization request (the consent page)',
-    description: 'RFC 6749 section 4.1.1 with PKCE (RFC 7636, S256; required for public clients). A signed-in member sees the app and each scope in plain words; Approve redirects to `redirect_uri` with `code` and `state`, Deny with `error=access_denied`. Not signed in: a sign-in form. An unknown client or unregistered `redirect_uri` is an error page, never a redirect (docs/oauth.md).',
+    description: 'RFC 6749 section 4.1.1 with PKCE (RFC 7636, S256; required for public clients). A signed-in member sees the app and each scope in plain words; Approve redirects to `redirect_uri` with `code` and `state`, Deny with `error=access_denied`. A member who approved these scopes (or more) for this app before and has not revoked it is redirected with a code at once (remembered consent), when the redirect assures the app’s identity: a confidential app, or a public app redirecting to https on a named host (RFC 8252 section 8.6; a loopback or private-scheme redirect shows the page every time). Not signed in: a sign-in form. An unknown client or unregistered `redirect_uri` is an error page, never a redirect (docs/oauth.md).',
     request: {
       query: z.object({
         response_type: z.literal('code'), client_id: z.string(), redirect_uri: z.string().openapi({ description: 'Exactly one of the registered URIs.' }),
-        scope: z.string().optional().openapi({ description: `${scopes} Default: public.` }), state: z.string().optional(),
+        scope: z.string().optional().openapi({ description: `${scopes} Without it (or empty): the app’s default scopes, which the operator registered (\`public\` unless said otherwise).` }), state: z.string().optional(),
         code_challenge: z.string().optional(), code_challenge_method: z.literal('S256').optional(),
       }),
     },
     responses: {
       200: html('The sign-in form or the consent page'),
-      302: { description: 'To redirect_uri with an error (invalid_request, unsupported_response_type, invalid_scope), once the member is signed in' },
+      302: { description: 'To redirect_uri with an error (invalid_request, unsupported_response_type, invalid_scope), once the member is signed in; or with a code when the member approved these scopes for this app before' },
       400: html('Error page: unknown client, unregistered or missing redirect_uri'),
     },
   })
@@ -98,8 +98,29 @@ export function documentOAuth(app: OpenAPIHono<AppEnv>) {
   registry.registerPath({
     method: 'post', path: '/oauth/login', tags: ['OAuth'], summary: 'Sign in for the consent page',
     description: 'Locally `code`, a one-time code from the operator CLI (`login-code --user U`, 10 minutes, single use); in production `supabase_access_token`, the website’s Supabase Auth session (docs/oauth.md). Sets the session cookie (HttpOnly, SameSite=Lax, Secure under https) and returns to the authorization request.',
-    request: form(z.object({ authorize: z.string().openapi({ description: 'The authorization request’s query string.' }), code: z.string().optional(), supabase_access_token: z.string().optional() })),
+    request: form(z.object({
+      authorize: z.string().optional().openapi({ description: 'The authorization request’s query string.' }),
+      return: z.literal('apps').optional().openapi({ description: 'Continue to the apps page (GET /oauth/apps) instead of an authorization request.' }),
+      code: z.string().optional(), supabase_access_token: z.string().optional(),
+    })),
     responses: { 303: { description: 'Back to GET /oauth/authorize, signed in' }, 400: html('The sign-in form again, with the reason'), 429: html('Too many failed codes from this address') },
+  })
+  registry.registerPath({
+    method: 'get', path: '/oauth/apps', tags: ['OAuth'], summary: 'The apps the member authorized (a page)',
+    description: 'For the member signed in as on the consent page (the same session cookie; otherwise the sign-in form): each app they authorized, its scopes, when it was authorized and last used (its newest token), and a Revoke button; Sign out. Not for apps: an HTML page for the member.',
+    responses: { 200: html('The list of authorized apps, or the sign-in form') },
+  })
+  registry.registerPath({
+    method: 'post', path: '/oauth/apps', tags: ['OAuth'], summary: 'Revoke an app (the apps page’s form)',
+    description: 'Ends the signed-in member’s grant to `client_id`: every token the app holds for them (live access tokens stop at once, Realtime channels close), codes not yet exchanged, and the remembered consent. Needs the session cookie, the page’s `csrf_token`, and our own Origin.',
+    request: form(z.object({ client_id: z.string(), csrf_token: z.string() })),
+    responses: { 303: { description: 'Back to GET /oauth/apps' }, 403: html('No session, or a forged form') },
+  })
+  registry.registerPath({
+    method: 'post', path: '/oauth/logout', tags: ['OAuth'], summary: 'Sign out of the consent and apps pages',
+    description: 'Ends the pages’ session and clears its cookie (apps keep their tokens). With `authorize` (an authorization request’s query string, from the consent page) back to that request’s sign-in form; else to the apps page. Needs the page’s `csrf_token` and our own Origin.',
+    request: form(z.object({ csrf_token: z.string(), authorize: z.string().optional() })),
+    responses: { 303: { description: 'Back to the authorization request or the apps page, signed out' }, 403: html('A forged form') },
   })
   registry.registerPath({
     method: 'post', path: '/oauth/token', tags: ['OAuth'], summary: 'Token endpoint',

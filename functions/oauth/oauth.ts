@@ -16,7 +16,7 @@ import type { AppEnv } from '../lib/context.ts'
 import { ApiError, CLIENT_HUNG_UP_MESSAGE, RETRY_AFTER_UNAVAILABLE_SECONDS, clientHungUp, describeError, isDatabaseUnavailable, unavailableLogLine } from '../lib/errors.ts'
 import { inTurn } from '../lib/respond.ts'
 import { randomToken, sha256Hex, signAccessToken, verifyAccessToken } from '../lib/tokens.ts'
-import { PAGE_HEADERS, consentPage, errorPage, formActionFor, pageCsp, signInPage } from './pages.ts'
+import { type AuthorizedApp, PAGE_HEADERS, appsPage, consentPage, errorPage, formActionFor, pageCsp, pageLink, signInPage } from './pages.ts'
 
 export const SCOPES = ['public', 'write', 'billing', 'notifications', 'chat'] as const
 /**
@@ -234,14 +234,17 @@ function foreignOrigin(c: OAuthContext, options: { website?: boolean } = {}): bo
 }
 
 interface AuthorizeContext {
-  client: { name: string; public: boolean; chat: boolean; redirect_uris: string[] } | null
+  client: { name: string; public: boolean; chat: boolean; redirect_uris: string[]; default_scopes: string[] } | null
   member: { id: string; username: string } | null
+  /** What the member approved for this app before (app.oauth_grants); null when nothing. */
+  granted_scopes?: string[] | null
 }
 
+type ApprovableRequest = { kind: 'ok'; client: NonNullable<AuthorizeContext['client']>; redirectUri: string; scopes: string[]; state: string | null; challenge: string | null }
 type AuthorizeCheck =
   | { kind: 'page'; message: string }
   | { kind: 'redirect'; client: NonNullable<AuthorizeContext['client']>; redirectUri: string; error: string; description: string; state: string | null }
-  | { kind: 'ok'; client: NonNullable<AuthorizeContext['client']>; redirectUri: string; scopes: string[]; state: string | null; challenge: string | null }
+  | ApprovableRequest
 
 /** The checks of RFC 6749 section 4.1.1 and RFC 7636 in the order the RFC asks: client and redirect_uri first (a page), then the rest (a redirect). */
 function checkAuthorizeRequest(params: URLSearchParams, client: AuthorizeContext['client']): AuthorizeCheck {
@@ -258,7 +261,13 @@ function checkAuthorizeRequest(params: URLSearchParams, client: AuthorizeContext
   const responseType = params.get('response_type')
   if (!responseType) return fail('invalid_request', 'response_type is required.')
   if (responseType !== 'code') return fail('unsupported_response_type', 'Only response_type=code is supported.')
-  const scopes = parseScopes(params.get('scope') || 'public')
+  // RFC 6749 section 3.3: without a scope (none, or an empty one) the request asks for the
+  // app's default scopes, which the operator set (`create-oauth-client --default-scopes`,
+  // `public` unless said otherwise); the consent page shows them like any others.
+  const requested = params.get('scope')
+  const scopes = requested === null || requested.trim() === ''
+    ? SCOPES.filter((scope) => client.default_scopes.includes(scope))
+    : parseScopes(requested)
   if (!scopes || scopes.length === 0) return fail('invalid_scope', `Scopes are ${SCOPES.join(' ')}.`)
   if (scopes.includes('chat') && !client.chat) return fail('invalid_scope', 'The chat scope is for approved applications only.')
   const challenge = params.get('code_challenge')
@@ -306,13 +315,87 @@ async function showAuthorize(c: OAuthContext, params: URLSearchParams, signInErr
     return formPage(c, signInPage({ appName: check.client.name, authorize: authorizeQuery(params), error: signInError }), check.redirectUri, status)
   }
   if (check.kind === 'redirect') return redirectTo(c, check.redirectUri, { error: check.error, error_description: check.description, state: check.state })
+  const session = cookieValue(c, sessionCookieName(c))!
+  // Remembered consent: the member approved these scopes (or more) for this app before and has
+  // not revoked it, so the answer is a code at once. Anything wider shows the page again, with
+  // the new scopes marked: an app cannot widen what it holds without the member seeing it. The
+  // SQL side reads the approval again under its lock (a Revoke may have come in between): then
+  // the page after all.
+  let granted = context.granted_scopes ?? null
+  if (granted && check.scopes.every((scope) => granted!.includes(scope)) && identityAssured(check)) {
+    const silent = await approve(c, session, params.get('client_id')!, check, true)
+    if (silent) return silent
+    granted = null
+  }
   const fields: Record<string, string> = {}
   for (const name of AUTHORIZE_PARAMS) {
     const value = params.get(name)
     if (value !== null) fields[name] = value
   }
-  const csrf = csrfToken(c.var.deps.jwtSecret, cookieValue(c, sessionCookieName(c))!)
-  return formPage(c, consentPage({ appName: check.client.name, username: context.member.username, scopes: check.scopes, fields, csrf }), check.redirectUri)
+  const csrf = csrfToken(c.var.deps.jwtSecret, session)
+  return formPage(c, consentPage({
+    appName: check.client.name, username: context.member.username, scopes: check.scopes, fields, csrf, granted, authorize: authorizeQuery(params),
+  }), check.redirectUri)
+}
+
+/**
+ * Approve: a code for the signed-in member, and the redirect that carries it to the app. The SQL
+ * side checks again what the page checked (the form came back from the browser) and remembers
+ * the approval (app.oauth_grants).
+ */
+async function approve(c: OAuthContext, session: string, clientId: string, check: ApprovableRequest): Promise<Response>
+async function approve(c: OAuthContext, session: string, clientId: string, check: ApprovableRequest, remembered: true): Promise<Response | null>
+async function approve(c: OAuthContext, session: string, clientId: string, check: ApprovableRequest, remembered = false): Promise<Response | null> {
+  const code = randomToken(32)
+  const result = await call<Partial<OAuthFailure> & { ok?: boolean; consent_required?: boolean }>(c, 'app.oauth_create_code', [
+    await sha256Hex(session), clientId, check.redirectUri, check.scopes, check.challenge, await sha256Hex(code), CODE_SECONDS, remembered,
+  ])
+  // Remembered, but the approval no longer covers the request (revoked meanwhile): no code.
+  if (result.consent_required) return null
+  if (result.error) {
+    if (result.status === 403) return page(c, errorPage(result.error_description ?? 'Start again from the application.'), 403)
+    return redirectTo(c, check.redirectUri, { error: result.error, error_description: result.error_description ?? null, state: check.state })
+  }
+  return redirectTo(c, check.redirectUri, { code, state: check.state })
+}
+
+/**
+ * Whether a remembered approval may answer without the consent page: only when the code can go
+ * to no one but the app (RFC 8252 section 8.6). A confidential client proves who it is at the
+ * token endpoint; a public client's https redirect on a real host is the app's own site. A
+ * public client's loopback or private-scheme redirect is not: any program on the member's
+ * machine can listen on that port or claim that scheme, send the browser to us with the app's
+ * public client_id and its own PKCE challenge, and would get the member's tokens without the
+ * member seeing a page. Those apps show the consent page every time (their approval is still
+ * listed on the apps page, and Revoke still ends it).
+ */
+function identityAssured(check: ApprovableRequest): boolean {
+  if (!check.client.public) return true
+  const url = new URL(check.redirectUri)
+  if (url.protocol !== 'https:') return false
+  // Not a name on the member's own machine, nor an address literal (loopback, or any other: a
+  // real site has a name, and a literal may be the member's machine under another spelling).
+  const host = url.hostname.toLowerCase()
+  return !(host === 'localhost' || host.endsWith('.localhost') || host.startsWith('[') || /^[0-9.]+$/.test(host))
+}
+
+/** Where the sign-in form continues: the page of authorized apps, or the authorization request. */
+function signInReturnsToApps(form: URLSearchParams): boolean {
+  return form.get('return') === 'apps'
+}
+
+/** The page of authorized apps, and the sign-in form in its place: forms post only to our own pages. */
+function appsFormPage(c: OAuthContext, html: string, status = 200): Response {
+  return page(c, html, status, { 'content-security-policy': pageCsp("'self'") })
+}
+
+/** A form of the member's pages (Revoke, Sign out): from our own origin, with the session's CSRF token; else the answer refusing it. */
+function refuseForgedForm(c: OAuthContext, form: URLSearchParams, session: string | null): Response | null {
+  if (foreignOrigin(c)) return page(c, errorPage('This form may only be sent from our own pages.'), 403)
+  if (!session || !sameText(form.get('csrf_token') ?? '', csrfToken(c.var.deps.jwtSecret, session))) {
+    return page(c, errorPage('Your session has ended or this form did not come from our pages. Open the page again.'), 403)
+  }
+  return null
 }
 
 /** A Supabase Auth session (the website's), verified with the project's JWT secret: the member's auth.users id. */
@@ -329,7 +412,7 @@ export const oauth = new Hono<AppEnv>()
 
 /** The browser's routes, which answer HTML pages; every other OAuth route answers RFC 6749 JSON. */
 function isPage(c: OAuthContext): boolean {
-  return /\/oauth\/(authorize|login)$/.test(new URL(c.req.url).pathname)
+  return /\/oauth\/(authorize|login|apps|logout)$/.test(new URL(c.req.url).pathname)
 }
 
 oauth.use('/oauth/*', bodyLimit({
@@ -382,14 +465,17 @@ oauth.post('/oauth/login', async (c) => {
   if (foreignOrigin(c, { website: form.has('supabase_access_token') })) return page(c, errorPage('This form may only be sent from our own sign-in page.'), 403)
   const authorize = new URLSearchParams(form.get('authorize') ?? '')
   if (hasNul(authorize)) return page(c, errorPage('The request contains a NUL character.'), 400)
+  const toApps = signInReturnsToApps(form)
   const code = form.get('code')?.trim() ?? ''
   const supabaseToken = form.get('supabase_access_token')
   let memberId: string | null = null
   if (supabaseToken) {
     memberId = await supabaseSessionMember(c.var.deps.jwtSecret, supabaseToken)
-    if (!memberId) return showAuthorize(c, authorize, 'That website session is not valid; sign in on the website again.', 400)
+    const invalid = 'That website session is not valid; sign in on the website again.'
+    if (!memberId) return toApps ? appsFormPage(c, signInPage({ returnTo: 'apps', error: invalid }), 400) : showAuthorize(c, authorize, invalid, 400)
   } else if (!code) {
-    return showAuthorize(c, authorize, 'Enter your one-time sign-in code.', 400)
+    const missing = 'Enter your one-time sign-in code.'
+    return toApps ? appsFormPage(c, signInPage({ returnTo: 'apps', error: missing }), 400) : showAuthorize(c, authorize, missing, 400)
   }
   const session = randomToken(32)
   const result = await call<{ member?: string } & Partial<OAuthFailure>>(c, 'app.oauth_start_session', [
@@ -397,13 +483,15 @@ oauth.post('/oauth/login', async (c) => {
   ])
   if (result.error) {
     const extra: Record<string, string> = result.retry_after ? { 'retry-after': String(result.retry_after) } : {}
+    if (toApps) return page(c, signInPage({ returnTo: 'apps', error: result.error_description }), result.status ?? 400, { ...extra, 'content-security-policy': pageCsp("'self'") })
     const context = await call<AuthorizeContext>(c, 'app.oauth_authorize_context', [authorize.get('client_id') ?? '', null])
     const check = checkAuthorizeRequest(authorize, context.client)
     if (check.kind === 'page') return page(c, errorPage(check.message), 400)
     return formPage(c, signInPage({ appName: check.client.name, authorize: authorizeQuery(authorize), error: result.error_description }), check.redirectUri, result.status ?? 400, extra)
   }
-  // Back to the authorization request (always our own path: no open redirect), now signed in.
-  return c.body(null, 303, { location: `authorize?${authorizeQuery(authorize)}`, 'set-cookie': sessionCookie(c, session, SESSION_SECONDS), 'cache-control': 'no-store' })
+  // Back to the authorization request or the apps page (always our own path: no open redirect), now signed in.
+  const location = toApps ? pageLink('apps') : `authorize?${authorizeQuery(authorize)}`
+  return c.body(null, 303, { location, 'set-cookie': sessionCookie(c, session, SESSION_SECONDS), 'cache-control': 'no-store' })
 })
 
 oauth.post('/oauth/authorize', async (c) => {
@@ -425,15 +513,61 @@ oauth.post('/oauth/authorize', async (c) => {
   if (decision !== 'approve') {
     return redirectTo(c, check.redirectUri, { error: 'access_denied', error_description: 'The member denied the request.', state: check.state })
   }
-  const code = randomToken(32)
-  const result = await call<Partial<OAuthFailure> & { ok?: boolean }>(c, 'app.oauth_create_code', [
-    await sha256Hex(session), params.get('client_id'), check.redirectUri, check.scopes, check.challenge, await sha256Hex(code), CODE_SECONDS,
-  ])
-  if (result.error) {
-    if (result.status === 403) return page(c, errorPage(result.error_description ?? 'Start again from the application.'), 403)
-    return redirectTo(c, check.redirectUri, { error: result.error, error_description: result.error_description ?? null, state: check.state })
+  return approve(c, session, params.get('client_id')!, check)
+})
+
+// ---------------------------------------------------------------------------------------------
+// The member's pages: the apps they authorized (Revoke), sign-out
+// ---------------------------------------------------------------------------------------------
+
+interface MemberApps {
+  member: { id: string; username: string } | null
+  apps: AuthorizedApp[]
+}
+
+oauth.get('/oauth/apps', async (c) => {
+  const session = cookieValue(c, sessionCookieName(c))
+  const listing = await call<MemberApps>(c, 'app.oauth_member_apps', [session ? await sha256Hex(session) : null])
+  // Signed in as on the consent page: the same session, the same sign-in form.
+  if (!session || !listing.member) return appsFormPage(c, signInPage({ returnTo: 'apps' }))
+  return appsFormPage(c, appsPage({
+    username: listing.member.username, apps: listing.apps, csrf: csrfToken(c.var.deps.jwtSecret, session), notice: c.req.query('notice') ?? null,
+  }))
+})
+
+// Revoke: ends the member's grant to one app (its tokens, its codes, the remembered consent).
+oauth.post('/oauth/apps', async (c) => {
+  if (foreignOrigin(c)) return page(c, errorPage('This form may only be sent from our own pages.'), 403)
+  const form = await readForm(c)
+  if (!(form instanceof URLSearchParams)) return page(c, errorPage('The form could not be read.'), 400)
+  const session = cookieValue(c, sessionCookieName(c))
+  const refused = refuseForgedForm(c, form, session)
+  if (refused) return refused
+  const clientId = form.get('client_id')
+  if (!clientId) return page(c, errorPage('The form names no application.'), 400)
+  const result = await call<Partial<OAuthFailure> & { revoked?: boolean }>(c, 'app.oauth_revoke_grant', [await sha256Hex(session!), clientId])
+  if (result.error) return page(c, errorPage(result.error_description ?? 'Your session has ended; sign in again.'), result.status ?? 403)
+  // POST, then redirect, then GET: reloading the page does not post the form again.
+  return c.body(null, 303, { location: pageLink('apps', new URLSearchParams({ notice: 'revoked' })), 'cache-control': 'no-store' })
+})
+
+// Sign-out: ends the session of the pages (not the apps' tokens), and clears the cookie.
+oauth.post('/oauth/logout', async (c) => {
+  if (foreignOrigin(c)) return page(c, errorPage('This form may only be sent from our own pages.'), 403)
+  const form = await readForm(c)
+  if (!(form instanceof URLSearchParams)) return page(c, errorPage('The form could not be read.'), 400)
+  const session = cookieValue(c, sessionCookieName(c))
+  // No session: nothing to end, and nothing for a forged form to do.
+  if (session) {
+    const refused = refuseForgedForm(c, form, session)
+    if (refused) return refused
+    await call(c, 'app.oauth_end_session', [await sha256Hex(session)])
   }
-  return redirectTo(c, check.redirectUri, { code, state: check.state })
+  const authorize = form.get('authorize')
+  if (authorize !== null && hasNul(new URLSearchParams(authorize))) return page(c, errorPage('The request contains a NUL character.'), 400)
+  // Back to the authorization request (now the sign-in form: another account may sign in), or the apps page.
+  const location = authorize === null ? pageLink('apps') : pageLink('authorize', new URLSearchParams(authorizeQuery(new URLSearchParams(authorize))))
+  return c.body(null, 303, { location, 'set-cookie': sessionCookie(c, '', 0), 'cache-control': 'no-store' })
 })
 
 // ---------------------------------------------------------------------------------------------

@@ -73,6 +73,20 @@ export const PAGE_HEADERS: Record<string, string> = {
   'content-security-policy': pageCsp("'none'"),
 }
 
+/** The pages under /oauth/ that a page's forms post to or a redirect sends the browser to. */
+export type PageName = 'authorize' | 'login' | 'apps' | 'logout'
+
+/**
+ * The one place the member's pages (authorized apps, sign-out) and the redirects after their
+ * forms build a link: relative to the page, like the sign-in and consent forms' `login` and
+ * `authorize`, since every page lives in the same folder under PUBLIC_URL's path
+ * (`{base}/oauth/…`). Change it here when links come from PUBLIC_URL instead.
+ */
+export function pageLink(name: PageName, query?: URLSearchParams): string {
+  const search = query?.toString()
+  return search ? `${name}?${search}` : name
+}
+
 function layout(title: string, body: string): string {
   return `<!doctype html>
 <html lang="en">
@@ -93,6 +107,13 @@ function layout(title: string, body: string): string {
   button.primary { background: #2563eb; border-color: #2563eb; color: #fff; }
   .error { background: #fdecec; color: #9b1c1c; padding: .6rem .8rem; border-radius: 6px; }
   .muted { color: #5b6474; font-size: .9rem; }
+  .notice { background: #eaf6ec; color: #1f5f2c; padding: .6rem .8rem; border-radius: 6px; }
+  .app { border-top: 1px solid #e3e6eb; padding: .8rem 0; }
+  .app h2 { font-size: 1.05rem; margin: 0 0 .3rem; }
+  .app form .buttons { margin-top: .6rem; }
+  form.signout { margin-top: 1.2rem; }
+  form.signout button { flex: none; padding: .3rem .7rem; font-size: .9rem; }
+  em.new { color: #9b1c1c; font-style: normal; font-weight: 600; }
 </style>
 </head>
 <body>
@@ -116,12 +137,18 @@ export function errorPage(message: string): string {
 <p class="muted">Nothing was shared with the application. Go back to it and try again, or tell its developers.</p>`)
 }
 
-/** The local sign-in form: a one-time code from the operator CLI (`login-code --user U`). */
-export function signInPage(options: { appName: string; authorize: string; error?: string }): string {
-  return layout('Sign in', `<h1>Sign in to continue to ${escape(options.appName)}</h1>
+/**
+ * The local sign-in form: a one-time code from the operator CLI (`login-code --user U`). It
+ * continues to the authorization request (`authorize`), or to the page of authorized apps
+ * (`returnTo: 'apps'`, the form's `return` field).
+ */
+export function signInPage(options: { appName: string; authorize: string; error?: string } | { returnTo: 'apps'; error?: string }): string {
+  const heading = 'returnTo' in options ? 'Sign in to see the apps you authorized' : `Sign in to continue to ${escape(options.appName)}`
+  const fields: Record<string, string> = 'returnTo' in options ? { return: options.returnTo } : { authorize: options.authorize }
+  return layout('Sign in', `<h1>${heading}</h1>
 ${options.error ? `<p class="error" role="alert">${escape(options.error)}</p>` : ''}
 <form method="post" action="login">
-${hidden({ authorize: options.authorize })}
+${hidden(fields)}
 <label for="code">One-time sign-in code</label>
 <input type="text" id="code" name="code" autocomplete="one-time-code" required autofocus>
 <p class="muted">Ask the operator for a code (<code>login-code --user YOU</code>); it works once, for 10 minutes.</p>
@@ -129,9 +156,31 @@ ${hidden({ authorize: options.authorize })}
 </form>`)
 }
 
-/** The consent page: the app's name and each requested scope in plain words; Approve or Deny. */
-export function consentPage(options: { appName: string; username: string; scopes: string[]; fields: Record<string, string>; csrf: string }): string {
-  const items = options.scopes.map((scope) => `<li><strong>${escape(scope)}</strong>: ${escape(SCOPE_WORDS[scope] ?? scope)}</li>`).join('\n')
+/**
+ * Signs the member out of the pages (POST /oauth/logout): back to the authorization request
+ * (`authorize`, its query string: the sign-in form again, for another account), or to the page
+ * of authorized apps.
+ */
+function signOutForm(csrf: string, authorize?: string): string {
+  const fields: Record<string, string> = {}
+  if (authorize !== undefined) fields.authorize = authorize
+  fields.csrf_token = csrf
+  return `<form class="signout" method="post" action="${pageLink('logout')}">
+${hidden(fields)}
+<button type="submit" name="signout" value="1">Sign out</button>
+</form>`
+}
+
+/**
+ * The consent page: the app's name and each requested scope in plain words; Approve or Deny.
+ * Scopes beyond what the member approved for the app before (`granted`) are marked new, so an
+ * app that widens its request is seen doing so.
+ */
+export function consentPage(options: {
+  appName: string; username: string; scopes: string[]; fields: Record<string, string>; csrf: string; granted?: string[] | null; authorize: string
+}): string {
+  const isNew = (scope: string) => options.granted != null && !options.granted.includes(scope)
+  const items = options.scopes.map((scope) => `<li><strong>${escape(scope)}</strong>: ${escape(SCOPE_WORDS[scope] ?? scope)}${isNew(scope) ? ' <em class="new">new</em>' : ''}</li>`).join('\n')
   return layout(`Authorize ${options.appName}`, `<h1><span id="app-name">${escape(options.appName)}</span> wants to use your account</h1>
 <p>Signed in as <strong id="username">${escape(options.username)}</strong>. If you approve, it may:</p>
 <ul id="scopes">
@@ -144,5 +193,51 @@ ${hidden({ ...options.fields, csrf_token: options.csrf })}
 <button class="primary" type="submit" name="decision" value="approve">Approve</button>
 </div>
 </form>
-<p class="muted">You can revoke its access at any time.</p>`)
+<p class="muted">You can revoke its access at any time on the page of <a href="${pageLink('apps')}">apps you authorized</a>.</p>
+<p class="muted">Not ${escape(options.username)}?</p>
+${signOutForm(options.csrf, options.authorize)}`)
+}
+
+export interface AuthorizedApp {
+  client_id: string
+  name: string
+  scopes: string[]
+  authorized_at: string
+  last_used_at: string | null
+}
+
+/** The fixed notices the apps page shows after its own forms (never text from the request). */
+const NOTICES: Record<string, string> = {
+  revoked: 'Access revoked: the app’s tokens no longer work, and it must ask you again.',
+}
+
+/** A timestamp as the page shows it: UTC to the minute (no script runs to show local time). */
+function when(iso: string): string {
+  const date = new Date(iso)
+  return Number.isNaN(date.getTime()) ? iso : `${date.toISOString().slice(0, 16).replace('T', ' ')} UTC`
+}
+
+/**
+ * The apps a member authorized (GET /oauth/apps): each with its scopes in plain words, when it
+ * was authorized and last used, and a Revoke form; Sign out at the end.
+ */
+export function appsPage(options: { username: string; apps: AuthorizedApp[]; csrf: string; notice?: string | null }): string {
+  // Own keys only: `?notice=constructor` must not find Object's.
+  const notice = options.notice && Object.hasOwn(NOTICES, options.notice) ? NOTICES[options.notice] : undefined
+  const apps = options.apps.map((app) => `<section class="app">
+<h2>${escape(app.name)}</h2>
+<ul>
+${Object.keys(SCOPE_WORDS).filter((scope) => app.scopes.includes(scope)).map((scope) => `<li><strong>${escape(scope)}</strong>: ${escape(SCOPE_WORDS[scope] ?? scope)}</li>`).join('\n')}
+</ul>
+<p class="muted">Authorized ${escape(when(app.authorized_at))}; last used ${app.last_used_at ? escape(when(app.last_used_at)) : 'never'}.</p>
+<form method="post" action="${pageLink('apps')}">
+${hidden({ client_id: app.client_id, csrf_token: options.csrf })}
+<div class="buttons"><button type="submit" name="revoke" value="1">Revoke ${escape(app.name)}</button></div>
+</form>
+</section>`).join('\n')
+  return layout('Apps you authorized', `<h1>Apps you authorized</h1>
+<p>Signed in as <strong id="username">${escape(options.username)}</strong>.</p>
+${notice ? `<p class="notice" role="status">${escape(notice)}</p>` : ''}
+${apps || '<p class="muted" id="no-apps">You have not authorized any app.</p>'}
+${signOutForm(options.csrf)}`)
 }

@@ -13,7 +13,7 @@
 //     triggers (mention parsing, counters, streak refresh, updated_at) and foreign-key checks
 //     are skipped, and what the triggers would have derived is computed set-based instead
 //     (local_date, project_id, mention rows of todos and comments, todos_count,
-//     followers_count, reactions_count, comments_count, streaks) with the same definitions the
+//     followers_count, reactions_count, comments_count, streaks, the projects' todo counts) with the same definitions the
 //     triggers use (app.extract_mentions, app.refresh_streak's runs of consecutive days).
 //   - The secondary indexes of the bulk tables are dropped first and rebuilt at the end,
 //     which is several times faster than maintaining them row by row (GIN above all); so are
@@ -695,6 +695,8 @@ const STEPS: Step[] = [
         from (select project_id, count(*)::int as n from app.project_follows group by project_id) f
         where p.id = f.project_id`)
       await tx.unsafe(RECOUNT_TODO_TOTALS)
+      // Each project's todos per author (app.project_todo_counts: a Project's todos_count).
+      await tx`select app.recount_project_todos()`
     },
   },
   {

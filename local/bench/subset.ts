@@ -168,6 +168,7 @@ export async function deriveSubset(
         left join streaks s on s.user_id = u2.id
         where u.id = u2.id`)
       await tx.unsafe(RECOUNT_TODO_TOTALS)
+      await tx`select app.recount_project_todos()`
       // The hours of the todos kept, counted again (the deletes ran with the triggers off).
       await tx`truncate app.todo_hours, app.todo_hours_sealed`
       await tx`select app.seal_todo_hours()`

@@ -133,26 +133,34 @@ export async function measureWriteCost(options: {
 
 /** The triggers whose counts repairInterruptedRun can rebuild: app.todo_hours's (the seed seals them the same way). */
 const HOURS_TRIGGERS = new Set(['_310_count_sealed_hours', '_310_count_backdated'])
+/** …and app.project_todo_counts's (issue 28: a Project's todos_count), recounted by app.recount_project_todos. */
+const PROJECT_TRIGGERS = new Set(['_320_count_project_todos', '_320_uncount_project_todos', '_320_move_project_todos'])
 
 /**
  * A --write-cost-http run killed inside a disabled round (SIGTERM stops the embedded server
- * before any handler of ours could run SQL) leaves the hours' triggers disabled and
- * app.todo_hours missing what its writes did. Enables them again and recounts the hours from
- * the todos, as the seed does; returns what it repaired. Any other disabled trigger of app is
- * left to findTriggers, which refuses it.
+ * before any handler of ours could run SQL) leaves the named triggers disabled and what they
+ * keep missing what its writes did. Enables the hours' and the project counters' triggers again
+ * and recounts what they keep from the todos, as the seed does; returns what it repaired. Any
+ * other disabled trigger of app is left to findTriggers, which refuses it.
  */
 export async function repairInterruptedRun(sql: Sql, log: (line: string) => void = () => {}): Promise<string[]> {
   const disabled = await sql<{ name: string }[]>`
     select t.tgname as name from pg_trigger t
     where t.tgrelid = 'app.todos'::regclass and not t.tgisinternal and t.tgenabled = 'D'`
-  const repairable = disabled.map((t) => t.name).filter((n) => HOURS_TRIGGERS.has(n))
+  const repairable = disabled.map((t) => t.name).filter((n) => HOURS_TRIGGERS.has(n) || PROJECT_TRIGGERS.has(n))
   if (repairable.length === 0) return []
+  const hours = repairable.some((n) => HOURS_TRIGGERS.has(n))
+  const projects = repairable.some((n) => PROJECT_TRIGGERS.has(n))
   await sql.begin(async (tx) => {
     for (const name of repairable) await tx.unsafe(`alter table app.todos enable trigger ${JSON.stringify(name)}`)
-    await tx.unsafe('truncate app.todo_hours, app.todo_hours_sealed')
-    await tx.unsafe('select app.seal_todo_hours()')
+    if (hours) {
+      await tx.unsafe('truncate app.todo_hours, app.todo_hours_sealed')
+      await tx.unsafe('select app.seal_todo_hours()')
+    }
+    if (projects) await tx.unsafe('select app.recount_project_todos()')
   })
-  log(`  an interrupted write-cost run had left ${repairable.join(', ')} disabled: enabled again, app.todo_hours recounted`)
+  log(`  an interrupted write-cost run had left ${repairable.join(', ')} disabled: enabled again, ` +
+    [hours && 'app.todo_hours', projects && 'app.project_todo_counts'].filter(Boolean).join(' and ') + ' recounted')
   return repairable
 }
 

@@ -103,7 +103,15 @@ create table app.oauth_clients (
   first_party   boolean not null default false,
   chat_enabled  boolean not null default false,
   redirect_uris text[] not null default '{}',
-  created_at    timestamptz not null default now()
+  created_at    timestamptz not null default now(),
+  default_scopes text[] not null default '{public}',
+  -- Unreserved URI characters only, so an id travels in URLs, forms and JWT claims unencoded; no
+  -- leading '-' or '.', so an id is never read as a command-line option or a path segment.
+  constraint oauth_clients_client_id_format check (client_id ~ '^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$'),
+  constraint oauth_clients_default_scopes_known check (
+    cardinality(default_scopes) > 0
+    and default_scopes <@ array['public', 'write', 'billing', 'notifications', 'chat']
+    and (chat_enabled or not ('chat' = any (default_scopes))))
 );
 comment on table app.oauth_clients is
   'Applications that act for users through OAuth 2.0. first_party: our own apps (search, devices). chat_enabled: approved for the chat scope. No policy and no grant: members never touch this table; security definer functions do.';
@@ -111,6 +119,8 @@ comment on column app.oauth_clients.secret_hash is
   'SHA-256 of the client secret of a confidential client; null for a public client (a desktop or mobile app cannot keep a secret), which authenticates with nothing and must use PKCE.';
 comment on column app.oauth_clients.redirect_uris is
   'Where authorization responses may go: a redirect_uri must equal one of these exactly (no prefix or pattern match, so no open redirect).';
+comment on column app.oauth_clients.default_scopes is
+  'What an authorization request without `scope` (or with an empty one) asks the member for (RFC 6749 section 3.3: the server may use a pre-defined default). Per app, because a desktop client that sends an empty scope and then posts needs `public write`, while most apps should get only `public` unless they ask. Set by the operator (`create-oauth-client --default-scopes`); the consent page still shows each scope, so a default grants nothing the member did not approve.';
 
 create table app.oauth_tokens (
   jti                uuid primary key,
@@ -131,7 +141,10 @@ comment on column app.oauth_tokens.family_id is
 comment on column app.oauth_tokens.refreshed_at is
   'When this row''s refresh token was exchanged for a new one (rotation). A refresh token presented again after that was stolen or leaked: the family is revoked.';
 create index oauth_tokens_client_id_idx on app.oauth_tokens (client_id);
-create index oauth_tokens_user_id_idx on app.oauth_tokens (user_id);
+-- A member's tokens of one app, newest last: the refresh limit counts them, the authorized-apps
+-- page reads each app's last use from the newest (app.oauth_member_apps), and user_id leads for
+-- the foreign key.
+create index oauth_tokens_user_id_client_id_created_at_idx on app.oauth_tokens (user_id, client_id, created_at);
 create index oauth_tokens_family_id_idx on app.oauth_tokens (family_id);
 
 -- ============================================================================
@@ -213,6 +226,23 @@ comment on function app.refuse_credential(text) is
   'Raises the 403 of a credential that does not exist (an unknown API key, a revoked or unknown token), as app.http_error would, with the hint ''credential refused'': the fair queue (functions/lib/admission.ts) then forgets whose the credential was, so a revoked key never again queues in its former member''s line. Volatile so it is never folded at plan time.';
 grant execute on function app.refuse_credential(text) to service_role;
 
+create function app.refuse_scope(message text, needed text)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  raise exception using
+    errcode = 'PT403',
+    message = message,
+    hint = 'insufficient_scope ' || needed;
+end;
+$$;
+comment on function app.refuse_scope(text, text) is
+  'Raises the 403 of an OAuth access token that lacks a scope the request needs, as app.http_error would, with the hint ''insufficient_scope <scopes>'': the HTTP layer answers it with `WWW-Authenticate: Bearer error="insufficient_scope", scope="<scopes>"` (RFC 6750 section 3.1), so a generic OAuth client knows to ask the member for that scope, while the status stays SPEC''s 403 and the body {"error": message}. Only for what a scope would fix: a third-party app refused a first-party endpoint gets a plain 403. Volatile so it is never folded at plan time.';
+grant execute on function app.refuse_scope(text, text) to service_role;
+
 create function app.authenticate(credential jsonb, access text)
 returns jsonb
 language plpgsql
@@ -259,8 +289,9 @@ begin
     perform app.http_error(403, 'Authentication required: send an API key or an OAuth access token.');
   end if;
 
-  -- Billing is what a lapsed account needs to see: it is answered without a subscription.
-  if not subscribed and access <> 'billing' then
+  -- A lapsed account keeps what is not paid for (issue 28): billing, to see why access stopped,
+  -- and its data rights: taking its data (exports) and leaving (account deletion).
+  if not subscribed and access not in ('billing', 'export', 'account') then
     perform app.http_error(401, 'This account has no active subscription.');
   end if;
 
@@ -269,37 +300,52 @@ begin
   if access = 'read' and not ('public' = any (granted)) then
     -- Reads show profiles and activity, which is what `public` grants; a token granted only
     -- billing or notifications reads nothing else (API keys always carry public).
-    perform app.http_error(403, 'This access token lacks the public scope.');
-  elsif access = 'write' and not may_write then
-    perform app.http_error(403, case kind
-      when 'api_key' then 'This API key is read-only.'
-      else 'This access token lacks the write scope.' end);
+    perform app.refuse_scope('This access token lacks the public scope.', 'public');
+  elsif access in ('write', 'account') and not may_write then
+    if kind = 'api_key' then
+      perform app.http_error(403, 'This API key is read-only.');
+    end if;
+    perform app.refuse_scope('This access token lacks the write scope.', 'write');
   elsif access = 'upload' and not (may_write or ('chat' = any (granted) and chat_approved)) then
     -- Uploads serve todos and comments (write) and direct messages (chat: "send direct messages").
-    perform app.http_error(403, case kind
-      when 'api_key' then 'This API key is read-only.'
-      else 'This access token needs the write or the chat scope to upload.' end);
+    if kind = 'api_key' then
+      perform app.http_error(403, 'This API key is read-only.');
+    end if;
+    perform app.refuse_scope('This access token needs the write or the chat scope to upload.', 'write');
   elsif access in ('search', 'notifications', 'devices', 'chat') and kind <> 'oauth' then
     perform app.http_error(403, 'This endpoint requires an OAuth access token; API keys are not accepted.');
   elsif access = 'search' and not ('public' = any (granted) and first_party) then
+    -- A scope helps only a first-party app; a third-party app gets no challenge to ask for one.
+    if first_party then
+      perform app.refuse_scope('Search is available to first-party apps with the public scope only.', 'public');
+    end if;
     perform app.http_error(403, 'Search is available to first-party apps with the public scope only.');
   elsif access = 'notifications' and not ('notifications' = any (granted)) then
-    perform app.http_error(403, 'This access token lacks the notifications scope.');
+    perform app.refuse_scope('This access token lacks the notifications scope.', 'notifications');
   elsif access = 'devices' and not ('notifications' = any (granted) and first_party) then
+    if first_party then
+      perform app.refuse_scope('Devices are available to first-party apps with the notifications scope only.', 'notifications');
+    end if;
     perform app.http_error(403, 'Devices are available to first-party apps with the notifications scope only.');
   elsif access = 'chat' and not ('chat' = any (granted) and chat_approved) then
+    if chat_approved then
+      perform app.refuse_scope('Direct messages need the chat scope from an approved application.', 'chat');
+    end if;
     perform app.http_error(403, 'Direct messages need the chat scope from an approved application.');
   elsif access = 'export' and not (may_write and (kind = 'api_key' or first_party)) then
     -- A data export holds what no scope grants (the account's e-mail address, the mutes): the
     -- member's own read-write key, or our own apps with write; never a third-party app.
+    if kind = 'oauth' and first_party then
+      perform app.refuse_scope('This access token lacks the write scope.', 'write');
+    end if;
     perform app.http_error(403, case
       when kind = 'api_key' then 'This API key is read-only.'
       when not may_write then 'This access token lacks the write scope.'
       else 'Data exports are available to API keys and first-party apps only.' end);
   elsif access = 'billing' and kind <> 'api_key' and not ('billing' = any (granted)) then
     -- API keys are the account's own (read-only ones too); tokens need the billing scope.
-    perform app.http_error(403, 'This access token lacks the billing scope.');
-  elsif access not in ('read', 'write', 'upload', 'search', 'notifications', 'devices', 'chat', 'export', 'billing') then
+    perform app.refuse_scope('This access token lacks the billing scope.', 'billing');
+  elsif access not in ('read', 'write', 'upload', 'search', 'notifications', 'devices', 'chat', 'export', 'billing', 'account') then
     raise exception 'unknown access kind %', access;
   end if;
 
@@ -318,7 +364,7 @@ $$;
 
 
 comment on function app.authenticate(jsonb, text) is
-  'Resolves a credential ({kind: api_key, key_hash} or a verified OAuth JWT payload) into request claims, or raises 403/401. Why in SQL: the key lookup, the revocation check and the subscription check ride in the same statement as the endpoint itself, so a request stays one round trip. Order: unknown credential 403, lapsed subscription 401 (except for billing, which a lapsed account may read), then what the credential may do 403: read (scope public), write (scope write), upload (write, or chat from an approved app), search (public, first-party), notifications, devices (first-party), chat (approved app), export (read-write API key, or write from a first-party app: an archive holds the e-mail address and mutes, which no scope grants), billing (any API key, or scope billing). The claims also name the credential (api_key_id, or the app''s client_id), so a request can record what made it (DELETE /v1/account). The HTTP layer also asks it before answering an input error (unknown credentials never see validation details). Security definer: credentials have no policies for members.';
+  'Resolves a credential ({kind: api_key, key_hash} or a verified OAuth JWT payload) into request claims, or raises 403/401. Why in SQL: the key lookup, the revocation check and the subscription check ride in the same statement as the endpoint itself, so a request stays one round trip. Order: unknown credential 403, lapsed subscription 401 (except for billing, which a lapsed account may read, and its data rights, export and account: a lapsed member may still take their data and leave), then what the credential may do 403: read (scope public), write (scope write), account (DELETE /v1/account: as write; api.account_delete refuses third-party apps), upload (write, or chat from an approved app), search (public, first-party), notifications, devices (first-party), chat (approved app), export (read-write API key, or write from a first-party app: an archive holds the e-mail address and mutes, which no scope grants), billing (any API key, or scope billing). The claims also name the credential (api_key_id, or the app''s client_id), so a request can record what made it (DELETE /v1/account). The HTTP layer also asks it before answering an input error (unknown credentials never see validation details). A scope an OAuth token lacks is refused through app.refuse_scope, so the 403 carries RFC 6750''s insufficient_scope challenge. Security definer: credentials have no policies for members.';
 grant execute on function app.authenticate(jsonb, text) to service_role;
 
 create function app.request_credential()

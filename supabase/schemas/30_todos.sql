@@ -87,6 +87,22 @@ create table app.todo_totals (
 comment on table app.todo_totals is
   'How many todos members of each privacy have, in 16 shards by author (app.todo_total_shard). Kept by the todos count trigger and the privacy propagation trigger; read by app.visible_todos_total. Members have no access. No check that todos >= 0: when one statement both changes a member''s privacy and posts for them, the two triggers may pass through -1 before agreeing. No policy and no grant: members never touch this table; security definer functions do.';
 
+-- A Project's todos_count (issue 28): the project's todos the viewer may see, from counters.
+-- Kept per author, not per privacy: who may see a todo depends on its author (public, the
+-- viewer, a protected author the viewer follows), and a project's authors are its makers, a
+-- handful, so a read sums a few rows and applies each author's privacy as it is now; a member's
+-- privacy change moves nothing here.
+create table app.project_todo_counts (
+  project_id uuid references app.projects(id) on delete cascade,
+  user_id    uuid references app.users(id) on delete cascade,
+  todos      bigint not null default 0 check (todos >= 0),
+  constraint project_todo_counts_pkey primary key (project_id, user_id)
+);
+comment on table app.project_todo_counts is
+  'How many todos of each author belong to each project (todos.project_id, the `projects` field): kept by the todos triggers _320_* on insert, delete and a change of project, read by app.visible_project_todos (a Project''s todos_count, the total_count of its unfiltered todo list). A sum over a project''s authors, never a count of its todos. No policy and no grant: members never touch this table; security definer functions do.';
+-- The primary key serves a project's authors; this one the cascade of a deleted member.
+create index project_todo_counts_user_id_idx on app.project_todo_counts (user_id);
+
 -- What a date filter of GET /v1/todos counts (issue 26): public todos per hour, kept for hours
 -- that are over ("sealed") so the total_count of a range is a sum over hours plus the exact
 -- count of the partial hours at its ends, whatever the number of todos. Posting a todo touches
@@ -479,6 +495,60 @@ comment on function app.visible_todos_between(timestamp with time zone, timestam
   'How many todos with lo <= created_at < hi the current viewer may see, muted members left out: the total_count of GET /v1/todos with since/until (visible_todos_total''s rule, within a range). Public ones from app.public_todos_between; the viewer''s own, protected followees'' and muted members'' counted per member. Security definer like visible_todos_total; acts only for auth.uid().';
 grant execute on function app.visible_todos_between(timestamp with time zone, timestamp with time zone) to authenticated;
 
+create function app.visible_project_todos(ids uuid[])
+returns table(project_id uuid, todos bigint)
+language plpgsql
+stable
+security definer
+set search_path = ''
+as $$
+declare
+  viewer_id uuid := auth.uid();
+begin
+  -- The rule of GET /v1/projects/{id}/todos: a project that is not public shows its todos to
+  -- insiders only (api.project_todos), and each todo is visible by its author's privacy (the
+  -- todos policy: public, the viewer's own, a protected author the viewer follows).
+  return query
+    select p.id,
+           case when p.privacy = 'public' or app.is_project_insider(p.id, p.privacy, viewer_id) then
+             coalesce((select sum(c.todos) from app.project_todo_counts c join app.users u on u.id = c.user_id
+                        where c.project_id = p.id
+                          and (u.privacy = 'public' or u.id = viewer_id
+                               or (u.privacy = 'protected' and exists (
+                                     select 1 from app.user_follows f where f.follower_id = viewer_id and f.followee_id = u.id)))), 0)::bigint
+           else 0::bigint end
+    from app.projects p
+    where p.id = any (ids) and app.can_see_project(p.id, p.privacy, viewer_id);
+end;
+$$;
+comment on function app.visible_project_todos(uuid[]) is
+  'How many todos of each of these projects the current viewer may see (issue 28: the Project''s todos_count; the total_count of GET /v1/projects/{id}/todos unfiltered): 0 for a project that is not public unless the viewer is an insider (app.is_project_insider), else the sum of app.project_todo_counts over the project''s authors the viewer may see (the todos policy''s rule, with the author''s privacy as it is now). Costs one row per author of the project (its makers), whatever the number of its todos. One row per project the viewer may see (app.can_see_project): a private project''s existence is not told to others. Security definer to read the counters; acts only for auth.uid(), so no member learns what another may see.';
+grant execute on function app.visible_project_todos(uuid[]) to authenticated;
+
+create function app.recount_project_todos()
+returns bigint
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  -- No todo is written meanwhile (share mode lets others read): the counts are those of the
+  -- todos as they are when it returns, and the triggers keep them from there.
+  lock table app.todos in share mode;
+  delete from app.project_todo_counts;
+  insert into app.project_todo_counts (project_id, user_id, todos)
+  select t.project_id, t.user_id, count(*)
+    from app.todos t
+   where t.project_id is not null
+   group by t.project_id, t.user_id
+   order by t.project_id, t.user_id;
+  return (select coalesce(sum(c.todos), 0) from app.project_todo_counts c);
+end;
+$$;
+comment on function app.recount_project_todos() is
+  'Counts app.project_todo_counts again from the todos (an index-only walk of the todos that belong to a project), with todo writes held off meanwhile; returns how many todos belong to a project. For the migration that introduced the counters and for the benchmark''s seed and cut, which write todos with the triggers off. Not granted: run by the database owner.';
+
 -- ============================================================================
 -- Row-level security and grants
 -- ============================================================================
@@ -530,6 +600,10 @@ grant select on app.streak_freezes to authenticated;
 
 -- app.todo_totals
 alter table app.todo_totals enable row level security;
+-- No policy and no grant: members never touch this table; security definer functions do.
+
+-- app.project_todo_counts
+alter table app.project_todo_counts enable row level security;
 -- No policy and no grant: members never touch this table; security definer functions do.
 
 -- ============================================================================
@@ -680,6 +754,50 @@ comment on function app.tg_todos__count_backdated() is
 create trigger _310_count_backdated after insert on app.todos
   for each row when (new.created_at < date_trunc('hour', now(), 'UTC'))
   execute function app.tg_todos__count_backdated();
+
+create function app.tg_todos__count_project_todos()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  -- A move touches two rows of the author's: the new project's first when its id is the lower,
+  -- so every writer takes them in project order and two edits moving todos opposite ways queue
+  -- instead of deadlocking.
+  new_first boolean := tg_op = 'UPDATE' and new.project_id < old.project_id;
+begin
+  if new_first or (tg_op = 'INSERT' and new.project_id is not null) then
+    insert into app.project_todo_counts as c (project_id, user_id, todos)
+    values (new.project_id, new.user_id, 1)
+    on conflict (project_id, user_id) do update set todos = c.todos + 1;
+  end if;
+  if tg_op in ('UPDATE', 'DELETE') and old.project_id is not null then
+    update app.project_todo_counts c set todos = c.todos - 1
+     where c.project_id = old.project_id and c.user_id = old.user_id;
+  end if;
+  if tg_op = 'UPDATE' and not coalesce(new_first, false) and new.project_id is not null then
+    insert into app.project_todo_counts as c (project_id, user_id, todos)
+    values (new.project_id, new.user_id, 1)
+    on conflict (project_id, user_id) do update set todos = c.todos + 1;
+  end if;
+  return null;
+end;
+$$;
+comment on function app.tg_todos__count_project_todos() is
+  'Keeps app.project_todo_counts exact: a todo that belongs to a project counts for its author there from its insert to its delete, and moves when an edit (or the deletion of its project: the key sets project_id null) changes its project. A post, a deletion or a move touches the author''s rows only (one, or two in project order), so it competes only with the same author''s writes. Security definer: members cannot write counters.';
+create trigger _320_count_project_todos after insert on app.todos
+  for each row when (new.project_id is not null)
+  execute function app.tg_todos__count_project_todos();
+create trigger _320_uncount_project_todos after delete on app.todos
+  for each row when (old.project_id is not null)
+  execute function app.tg_todos__count_project_todos();
+-- `of body` too: the project is set by the before trigger from the body, and an UPDATE OF list
+-- sees only the columns the statement names.
+create trigger _320_move_project_todos after update of body, project_id on app.todos
+  for each row when (old.project_id is distinct from new.project_id)
+  execute function app.tg_todos__count_project_todos();
 
 create function app.tg_streak_freezes__refresh()
 returns trigger

@@ -40,7 +40,7 @@ comment on column app.uploads.key is
 comment on column app.uploads.measured_at is
   'When the worker or the storage server read the image''s dimensions (null: not yet). Set also when the file could not be read as an image, so it is not read again.';
 comment on column app.uploads.detected_type is
-  'For an upload declared application/octet-stream (any type we do not name is declared so: the PUT carries application/octet-stream): the type found in the file''s bytes (file-type), by the local storage server on PUT or the storage worker on Supabase; null until then or when nothing is recognised. The attachment''s mime_type is this, else content_type. Members cannot write it.';
+  'For an upload declared application/octet-stream (any type we do not name is declared so: the PUT carries application/octet-stream): the type found in the file''s bytes (file-type), else the type of its file name''s extension when a name may give it (never an active type: functions/lib/media.ts typeFromName), by the local storage server on PUT or the storage worker on Supabase; null until then or when nothing is recognised. The attachment''s mime_type is this, else content_type. Members cannot write it.';
 comment on column app.uploads.put_started_at is 'When the storage server began receiving the file (null: no PUT in progress). A claim, so that two PUTs of one signed URL cannot both land; released when a PUT fails, and void after the PUT''s deadline (a crashed server).';
 create index uploads_user_id_idx on app.uploads (user_id);
 create index uploads_todo_id_idx on app.uploads (todo_id, attached_at, id) where (todo_id is not null);
@@ -324,20 +324,20 @@ comment on function app.remove_stale_uploads(interval) is
 grant execute on function app.remove_stale_uploads(interval) to service_role;
 
 create function app.unmeasured_images(batch integer)
-returns table(key text)
+returns table(key text, filename text)
 language sql
 stable
 security definer
 set search_path = ''
 as $$
-  select u.key from app.uploads u
+  select u.key, u.filename from app.uploads u
   where u.measured_at is null and (coalesce(u.detected_type, u.content_type) ~ '^image/' or u.content_type = 'application/octet-stream')
     and exists (select 1 from storage.objects o where o.bucket_id = 'uploads' and o.name = u.key)
   order by u.created_at
   limit batch
 $$;
 comment on function app.unmeasured_images(integer) is
-  'Stored images whose dimensions are not known yet, and stored files declared application/octet-stream not read yet (the worker finds their type, then measures them if they are images), oldest first, for the storage worker.';
+  'Stored images whose dimensions are not known yet, and stored files declared application/octet-stream not read yet (the worker finds their type from the bytes, else from the file name''s extension, then measures them if they are images), oldest first, for the storage worker, with their file names.';
 grant execute on function app.unmeasured_images(integer) to service_role;
 
 create function app.record_image_size(object_key text, image_width integer, image_height integer)

@@ -209,7 +209,7 @@ comment on function app.users_json(uuid[]) is
   'The users with these ids as the API renders them for the current viewer, one row each (unordered; unknown ids are skipped): one statement for the whole set, with the three follow flags from three joins instead of three subqueries per user.';
 grant execute on function app.users_json(uuid[]) to authenticated, service_role;
 
-create function app.project_json_body(p app.projects, base_url text, owner jsonb, makers jsonb, following boolean, follow_requested boolean)
+create function app.project_json_body(p app.projects, base_url text, owner jsonb, makers jsonb, following boolean, follow_requested boolean, todos_count bigint)
 returns jsonb
 language sql
 stable
@@ -227,6 +227,7 @@ as $$
     'website_url', p.website_url,
     'github_url', p.github_url,
     'privacy', p.privacy,
+    'protected', p.privacy = 'protected',
     'archived', p.archived,
     'url', app.web_url() || '/projects/' || coalesce(p.slug, app.to_public_id('proj', p.id)),
     'logo', app.picture_urls(base_url, 'logo', p.logo_key, p.name, coalesce(p.header_color, app.default_header_color(p.id))),
@@ -235,12 +236,13 @@ as $$
     'owner', owner,
     'makers', makers,
     'followers_count', p.followers_count,
+    'todos_count', todos_count,
     'following', following,
     'follow_requested', follow_requested)
 $$;
-comment on function app.project_json_body(app.projects, text, jsonb, jsonb, boolean, boolean) is
-  'Inlined (no SET clause, no table access). The Project shape, given its rendered owner and makers, whether the viewer follows it (approved) and whether their request to follow it is pending. Without an uploaded logo, the logo is the project''s initials on its header colour (app.picture_urls).';
-grant execute on function app.project_json_body(app.projects, text, jsonb, jsonb, boolean, boolean) to authenticated, service_role;
+comment on function app.project_json_body(app.projects, text, jsonb, jsonb, boolean, boolean, bigint) is
+  'Inlined (no SET clause, no table access). The Project shape, given its rendered owner and makers, whether the viewer follows it (approved), whether their request to follow it is pending, and how many of its todos the viewer may see (app.visible_project_todos). protected: privacy is protected (issue 28: clients read it as a boolean). Without an uploaded logo, the logo is the project''s initials on its header colour (app.picture_urls).';
+grant execute on function app.project_json_body(app.projects, text, jsonb, jsonb, boolean, boolean, bigint) to authenticated, service_role;
 
 create function app.projects_json(ids uuid[])
 returns table(id uuid, body jsonb)
@@ -266,19 +268,22 @@ begin
     ), people as materialized (
       select pe.id, pe.body from app.users_json(array(
         select l.owner_id from listed l union select m.user_id from makers m)) pe
+    ), counted as materialized (
+      select vt.project_id, vt.todos from app.visible_project_todos(array(select l.id from listed l)) vt
     )
     select p.id, app.project_json_body(p, base_url,
       (select o.body from people o where o.id = p.owner_id),
       coalesce((select jsonb_agg(mu.body order by m.user_id = p.owner_id desc, m.created_at, lower(mu.body ->> 'username'))
                 from makers m join people mu on mu.id = m.user_id where m.project_id = p.id), '[]'::jsonb),
       exists (select 1 from app.project_follows f where f.project_id = p.id and f.user_id = viewer_id),
-      exists (select 1 from app.project_follow_requests r where r.user_id = viewer_id and r.project_id = p.id))
+      exists (select 1 from app.project_follow_requests r where r.user_id = viewer_id and r.project_id = p.id),
+      coalesce((select c.todos from counted c where c.project_id = p.id), 0))
     from app.projects p
     where p.id in (select l.id from listed l);
 end;
 $$;
 comment on function app.projects_json(uuid[]) is
-  'The projects with these ids that the current viewer may see, as the API renders them, one row each (unordered; others are skipped). Makers list the owner first, then in the order they joined; following and follow_requested are the viewer''s approved follow and pending request. Security definer so makers, follows and requests are read once for the set instead of through a policy per row; visibility is app.can_see_project, the function the projects policy calls, and it acts only for auth.uid().';
+  'The projects with these ids that the current viewer may see, as the API renders them, one row each (unordered; others are skipped). Makers list the owner first, then in the order they joined; following and follow_requested are the viewer''s approved follow and pending request; todos_count the project''s todos the viewer may see, from counters (app.visible_project_todos). Security definer so makers, follows and requests are read once for the set instead of through a policy per row; visibility is app.can_see_project, the function the projects policy calls, and it acts only for auth.uid().';
 grant execute on function app.projects_json(uuid[]) to authenticated, service_role;
 
 create function app.project_json(p app.projects)
@@ -740,12 +745,14 @@ begin
                        list_conditions, query_count_cap)
           into total using scope_id, since_at, until_at, matching, anchor.created_at, anchor.id, viewer_id;
       end if;
-    elsif since_at is null and until_at is null and scope in ('user', 'all', 'timeline') then
+    elsif since_at is null and until_at is null and scope in ('user', 'project', 'all', 'timeline') then
       -- Unfiltered: the counters kept on write give the exact total without touching todos.
-      -- Visibility is per author, so a member's list is all of their todos or none.
+      -- Visibility is per author, so a member's list is all of their todos or none, and a
+      -- project's is the sum over its authors the viewer may see (the Project's todos_count).
       total := case scope
         when 'user' then (select case when app.can_see_member_content(u.id, viewer_id) then u.todos_count else 0 end
                           from app.users u where u.id = scope_id)
+        when 'project' then coalesce((select vt.todos from app.visible_project_todos(array[scope_id]) vt), 0)
         when 'timeline' then app.timeline_todos_between(null, null)
         else app.visible_todos_total()
       end;
@@ -780,7 +787,7 @@ begin
 end;
 $$;
 comment on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) is
-  'One page of todos visible to the viewer, newest first, rendered by app.todos_json: scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects'': a merge of each source''s own newest todos; with a full-text query, candidates merged by index, first a page and then windows of time sized by the share that matched, whose words are read newest first); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count (issue 26): unfiltered, from counters (users.todos_count, app.visible_todos_total, app.timeline_todos_between); with since/until, all from sealed hours (app.visible_todos_between), timeline per source, a member''s or project''s list counted; with a full-text query, matches counted up to 100. match_cap (search) limits the whole result to the newest matches. Every part costs the same whatever the number of todos and members: index walks of a page, sums over hours, counts bounded by one member''s, one project''s or the followed sources'' todos, or by the cap.';
+  'One page of todos visible to the viewer, newest first, rendered by app.todos_json: scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects'': a merge of each source''s own newest todos; with a full-text query, candidates merged by index, first a page and then windows of time sized by the share that matched, whose words are read newest first); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count (issue 26): unfiltered, from counters (users.todos_count, app.visible_project_todos, app.visible_todos_total, app.timeline_todos_between); with since/until, all from sealed hours (app.visible_todos_between), timeline per source, a member''s or project''s list counted; with a full-text query, matches counted up to 100. match_cap (search) limits the whole result to the newest matches. Every part costs the same whatever the number of todos and members: index walks of a page, sums over hours, counts bounded by one member''s, one project''s or the followed sources'' todos, or by the cap.';
 grant execute on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) to authenticated;
 
 create function app.comment_json(c app.comments)

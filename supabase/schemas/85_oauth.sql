@@ -64,6 +64,18 @@ create index oauth_authorization_codes_client_id_idx on app.oauth_authorization_
 create index oauth_authorization_codes_user_id_idx on app.oauth_authorization_codes (user_id);
 create index oauth_authorization_codes_expires_at_idx on app.oauth_authorization_codes (expires_at);
 
+create table app.oauth_grants (
+  user_id    uuid not null references app.users(id) on delete cascade,
+  client_id  uuid not null references app.oauth_clients(id) on delete cascade,
+  scopes     text[] not null,
+  created_at timestamptz not null default now(),
+  updated_at timestamptz not null default now(),
+  constraint oauth_grants_pkey primary key (user_id, client_id)
+);
+comment on table app.oauth_grants is
+  'What a member approved on the consent page, per app: the union of the scopes they approved for it. Two uses: remembered consent (the same app asking again for these scopes or fewer gets its code without a second consent page; anything wider shows the page again) and the member''s list of authorized apps (GET /oauth/apps), where Revoke deletes the row and ends every token of the app for the member (app.oauth_revoke_grant). Operator-issued tokens (`issue-token`) write no row: no member approved them. No policy and no grant: only the API''s own connection touches it.';
+create index oauth_grants_client_id_idx on app.oauth_grants (client_id);
+
 create table app.keyed_rate_limit_counters (
   action       text references app.rate_limits(action) on delete cascade,
   subject      text,
@@ -236,6 +248,10 @@ alter table app.oauth_sessions enable row level security;
 alter table app.oauth_authorization_codes enable row level security;
 -- No policy and no grant: only the API's own connection touches it.
 
+-- app.oauth_grants
+alter table app.oauth_grants enable row level security;
+-- No policy and no grant: only the API's own connection touches it.
+
 -- app.keyed_rate_limit_counters
 alter table app.keyed_rate_limit_counters enable row level security;
 -- No policy and no grant: only the API's own connection touches it.
@@ -251,14 +267,19 @@ set search_path = ''
 as $$
   select jsonb_build_object(
     'client', (select jsonb_build_object('name', c.name, 'public', c.secret_hash is null, 'chat', c.chat_enabled,
-                                         'redirect_uris', to_jsonb(c.redirect_uris))
+                                         'redirect_uris', to_jsonb(c.redirect_uris), 'default_scopes', to_jsonb(c.default_scopes))
                from app.oauth_clients c where c.client_id = presented_client_id),
     'member', (select jsonb_build_object('id', app.to_public_id('user', u.id), 'username', u.username)
                from app.oauth_sessions s join app.users u on u.id = s.user_id
-               where s.id_hash = decode(session_hash, 'hex') and s.expires_at > now()))
+               where s.id_hash = decode(session_hash, 'hex') and s.expires_at > now()),
+    'granted_scopes', (select to_jsonb(g.scopes)
+                       from app.oauth_sessions s
+                       join app.oauth_grants g on g.user_id = s.user_id
+                       join app.oauth_clients c on c.id = g.client_id
+                       where s.id_hash = decode(session_hash, 'hex') and s.expires_at > now() and c.client_id = presented_client_id))
 $$;
 comment on function app.oauth_authorize_context(text, text) is
-  'GET /oauth/authorize in one call: the client the request names (its name for the consent page, and the registered redirect URIs the HTTP side must match exactly before it may redirect anywhere) and the member the session cookie signs in, if any.';
+  'GET /oauth/authorize in one call: the client the request names (its name for the consent page, the registered redirect URIs the HTTP side must match exactly before it may redirect anywhere, and its default scopes for a request without `scope`), the member the session cookie signs in, if any, and the scopes that member already approved for this app (app.oauth_grants; null when none), which decide whether the consent page is shown again.';
 
 create function app.oauth_start_session(login_code_hash text, member_id uuid, requester text, session_hash text, session_seconds integer)
 returns jsonb
@@ -303,7 +324,7 @@ comment on function app.oauth_start_session(text, uuid, text, text, integer) is
   'POST /oauth/login: spends a one-time sign-in code (or takes a member the HTTP side verified from a Supabase Auth session) and opens a session. Failed codes are counted per client address (oauth_sign_in_failure) and codes refused past the limit (a verified website session is not: there is nothing to guess); expired codes and sessions are swept here, and a member keeps at most 10 sessions (the oldest go), so repeated sign-ins cannot grow the table.';
 
 create function app.oauth_create_code(session_hash text, presented_client_id text, requested_redirect_uri text, granted_scopes text[],
-                                      requested_challenge text, new_code_hash text, code_seconds integer)
+                                      requested_challenge text, new_code_hash text, code_seconds integer, remembered boolean default false)
 returns jsonb
 language plpgsql
 volatile
@@ -314,6 +335,7 @@ declare
   client app.oauth_clients;
   seen integer;
   rule app.rate_limits;
+  approved text[];
 begin
   select s.user_id into member from app.oauth_sessions s where s.id_hash = decode(session_hash, 'hex') and s.expires_at > now();
   select * into client from app.oauth_clients c where c.client_id = presented_client_id;
@@ -330,18 +352,40 @@ begin
   -- Codes granted per member (oauth_authorize), counted like every write that grows a table.
   select * into rule from app.rate_limits r where r.action = 'oauth_authorize';
   perform pg_advisory_xact_lock(hashtextextended('app.oauth_create_code ' || member::text, 0));
+  -- Remembered consent (no page was shown): the approval must still cover every scope asked,
+  -- read here under its row's lock, not from what GET /oauth/authorize read a moment before. A
+  -- Revoke (app.oauth_revoke_grant, which deletes this row first) that committed in between
+  -- leaves no row: the member sees the consent page, and no code or approval comes back.
+  if remembered then
+    select g.scopes into approved from app.oauth_grants g where g.user_id = member and g.client_id = client.id for update;
+    if approved is null or not (granted_scopes <@ approved) then
+      return jsonb_build_object('consent_required', true);
+    end if;
+  end if;
   select count(*) into seen from app.oauth_authorization_codes a where a.user_id = member and a.created_at > now() - rule.per;
   if seen >= rule.max_events then
     return app.oauth_error('temporarily_unavailable', format('Too many authorizations: at most %s per %s minutes.', rule.max_events, extract(epoch from rule.per)::integer / 60), 429, 60);
   end if;
   delete from app.oauth_authorization_codes a where a.expires_at <= now() - interval '1 day';
+  -- An approval on the page is remembered: the union of what the member approved for this app,
+  -- in the order of the scopes' list. The row lock this takes is what app.oauth_revoke_grant
+  -- takes first, so an approval and a revocation of the same app run one after the other. (A
+  -- remembered answer approved nothing new: the row stays as it is.)
+  if not remembered then
+    insert into app.oauth_grants as g (user_id, client_id, scopes)
+    values (member, client.id, granted_scopes)
+    on conflict (user_id, client_id) do update
+      set scopes = array(select k.scope from unnest(array['public', 'write', 'billing', 'notifications', 'chat']) with ordinality as k(scope, n)
+                         where k.scope = any (g.scopes) or k.scope = any (excluded.scopes) order by k.n),
+          updated_at = now();
+  end if;
   insert into app.oauth_authorization_codes (code_hash, client_id, user_id, redirect_uri, scopes, code_challenge, expires_at)
   values (decode(new_code_hash, 'hex'), client.id, member, requested_redirect_uri, granted_scopes, requested_challenge, now() + make_interval(secs => code_seconds));
   return jsonb_build_object('ok', true);
 end;
 $$;
-comment on function app.oauth_create_code(text, text, text, text[], text, text, integer) is
-  'POST /oauth/authorize (Approve): stores a code for the signed-in member, after checking again what the page checked (the client, the exact redirect URI, chat only for approved apps, PKCE for public clients), since the form comes back from the browser. oauth_authorize limits codes per member (counted from the codes themselves, kept a day past expiry). Expired codes older than a day are swept.';
+comment on function app.oauth_create_code(text, text, text, text[], text, text, integer, boolean) is
+  'POST /oauth/authorize (Approve), and GET /oauth/authorize when the member already approved these scopes for this app (remembered): stores a code for the signed-in member, after checking again what the page checked (the client, the exact redirect URI, chat only for approved apps, PKCE for public clients), since the form comes back from the browser. An approval is remembered (app.oauth_grants, the union of the scopes approved); a remembered answer re-reads that approval under its row lock and answers {consent_required: true} instead of a code when it no longer covers the scopes (revoked meanwhile), so a Revoke racing a silent authorization is never undone by it. oauth_authorize limits codes per member (counted from the codes themselves, kept a day past expiry), remembered ones included, so a page that sends the member''s browser round the authorization loop cannot mint codes without bound. Expired codes older than a day are swept.';
 
 create function app.oauth_exchange_code(presented_client_id text, presented_secret_hash text, requester text, presented_code_hash text,
                                         presented_redirect_uri text, code_verifier text, new_jti uuid, refresh_hash text, access_seconds integer)
@@ -582,6 +626,107 @@ as $$
 $$;
 comment on function app.oauth_token_info(uuid, text) is
   'GET /oauth/token/info: what an access token (already verified: signature, expiry, audience) still is, in the shape of Doorkeeper''s token info, which clients of the API we mirror read; null once revoked or expired (401).';
+
+-- ============================================================================
+-- The member's pages: authorized apps, revocation, sign-out
+-- ============================================================================
+create function app.oauth_member_apps(session_hash text)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select jsonb_build_object(
+    'member', (select jsonb_build_object('id', app.to_public_id('user', u.id), 'username', u.username)
+               from app.oauth_sessions s join app.users u on u.id = s.user_id
+               where s.id_hash = decode(session_hash, 'hex') and s.expires_at > now()),
+    'apps', coalesce((
+      select jsonb_agg(jsonb_build_object('client_id', listed.client_id, 'name', listed.name, 'scopes', to_jsonb(listed.scopes),
+                                          'authorized_at', listed.authorized_at, 'last_used_at', listed.last_used_at)
+                       order by coalesce(listed.last_used_at, listed.authorized_at) desc, listed.client_id)
+      from (select c.client_id, c.name, held.scopes, held.authorized_at, last_use.newest as last_used_at
+            from app.oauth_sessions s
+            cross join lateral (
+              select g.client_id, g.scopes, g.created_at as authorized_at
+              from app.oauth_grants g
+              where g.user_id = s.user_id
+              union all
+              -- An app holding a live refresh token with no approval on record (the operator's
+              -- issue-token, or tokens from before approvals were recorded) is listed too, with
+              -- the scopes of those tokens, so the member can see and revoke everything that acts
+              -- for them. Such an app gets no remembered consent.
+              select t.client_id, array_agg(distinct k.scope), min(t.created_at)
+              from app.oauth_tokens t
+              cross join lateral unnest(t.scopes) as k(scope)
+              where t.user_id = s.user_id and t.revoked_at is null and t.refreshed_at is null
+                and t.created_at > now() - interval '90 days'
+                and not exists (select 1 from app.oauth_grants g where g.user_id = s.user_id and g.client_id = t.client_id)
+              group by t.client_id
+            ) held
+            join app.oauth_clients c on c.id = held.client_id
+            -- The newest token of the app for the member: one backward step of the (user_id,
+            -- client_id, created_at) index, however many tokens the member's refreshes wrote.
+            left join lateral (select max(t.created_at) as newest from app.oauth_tokens t
+                               where t.user_id = s.user_id and t.client_id = held.client_id) last_use on true
+            where s.id_hash = decode(session_hash, 'hex') and s.expires_at > now()
+            order by coalesce(last_use.newest, held.authorized_at) desc
+            limit 500) listed), '[]'::jsonb))
+$$;
+comment on function app.oauth_member_apps(text) is
+  'GET /oauth/apps: the member the session cookie signs in (null: the sign-in form) and the apps that act for them: those they approved (app.oauth_grants, with the scopes approved and when), and any other app holding a live refresh token for them (the operator''s issue-token), with its tokens'' scopes. Each with its last use: when the app last got a token for them (a sign-in or a refresh; access tokens live 15 minutes, so an app in use refreshes at least that often). Why not a column written on every API request: that would be a write, and a hot row, per request. The unapproved apps are found among the member''s tokens of the last 90 days (the refresh tokens'' lifetime) by the (user_id, client_id, created_at) index. At most 500 apps (clients are registered by the operator, so a member cannot grow the list).';
+
+create function app.oauth_revoke_grant(session_hash text, presented_client_id text)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  member uuid;
+  client_row uuid;
+  family uuid;
+begin
+  select s.user_id into member from app.oauth_sessions s where s.id_hash = decode(session_hash, 'hex') and s.expires_at > now();
+  if member is null then
+    return app.oauth_error('access_denied', 'Your session has ended; sign in again.', 403);
+  end if;
+  select c.id into client_row from app.oauth_clients c where c.client_id = presented_client_id;
+  if client_row is null then
+    return jsonb_build_object('revoked', false);
+  end if;
+  -- First the grant (waits for an approval of this app under way, app.oauth_create_code), so
+  -- the next authorization asks again.
+  delete from app.oauth_grants g where g.user_id = member and g.client_id = client_row;
+  -- Then codes approved but not exchanged yet: none becomes a token after this. An exchange
+  -- under way holds its code's row: this waits for it, and the next statement sees its token.
+  delete from app.oauth_authorization_codes a where a.user_id = member and a.client_id = client_row and a.used_at is null;
+  -- Then every family of the app's tokens for the member (the code flow's and the operator's):
+  -- live access tokens stop at once, refresh tokens stop refreshing, and the local Realtime
+  -- gateway's sweep closes their channels (app.oauth_revoke_family takes each family's lock, so
+  -- a refresh under way is either revoked here or finds its token revoked).
+  for family in
+    select distinct t.family_id from app.oauth_tokens t
+    where t.user_id = member and t.client_id = client_row and t.revoked_at is null
+  loop
+    perform app.oauth_revoke_family(family);
+  end loop;
+  return jsonb_build_object('revoked', true);
+end;
+$$;
+comment on function app.oauth_revoke_grant(text, text) is
+  'POST /oauth/apps (Revoke): ends the signed-in member''s grant to one app: the remembered approval, the codes not yet exchanged, and every token the app holds for the member (each family revoked under its lock), whatever grant it came from. Only the member''s own: the member comes from the session, never from the form, so a forged form can name an app but not a member (and the HTTP side checks the CSRF token and Origin first). An unknown app changes nothing.';
+
+create function app.oauth_end_session(session_hash text)
+returns jsonb
+language sql
+volatile
+set search_path = ''
+as $$
+  with ended as (delete from app.oauth_sessions s where s.id_hash = decode(session_hash, 'hex') returning 1)
+  select jsonb_build_object('ended', exists (select 1 from ended))
+$$;
+comment on function app.oauth_end_session(text) is
+  'POST /oauth/logout: signs the member out of the authorization pages by deleting the session, so the cookie (cleared too, but a copy may survive) opens nothing any more. Tokens already issued to apps are not touched: revoking an app is its own action.';
 
 -- ============================================================================
 -- Execute only where granted above

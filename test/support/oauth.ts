@@ -66,10 +66,14 @@ export async function signIn(agent: Browserless, code: string, params: Authorize
 
 /**
  * GET /oauth/authorize as the signed-in agent, then the consent form's decision: resolves to
- * the redirect's Location (or throws with the page when there is none).
+ * the redirect's Location (or throws with the page when there is none). A member who approved
+ * these scopes for the app before is redirected with a code at once (remembered consent, issue
+ * 28): that redirect is the answer to an approval too.
  */
 export async function consent(agent: Browserless, params: AuthorizeParams, decision: 'approve' | 'deny' = 'approve'): Promise<URL> {
   const page = await agent.get(`/oauth/authorize?${authorizeQuery(params)}`)
+  const remembered = page.status === 302 ? page.headers.get('location') : null
+  if (decision === 'approve' && remembered && new URL(remembered).searchParams.has('code')) return new URL(remembered)
   const html = await page.text()
   if (page.status !== 200 || !html.includes('csrf_token')) throw new Error(`no consent page (${page.status}): ${html.slice(0, 500)}`)
   const answer = await agent.post('/oauth/authorize', { ...hiddenFields(html), decision })
