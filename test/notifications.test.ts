@@ -89,7 +89,7 @@ async function until(check: () => Promise<boolean>, what: string, timeoutMs = 20
 /** Whether `user`'s device's delivery was claimed and its lease has run out (due again). */
 async function leaseRanOut(user: string): Promise<boolean> {
   const rows = await world.sql`
-    select 1 from app.push_deliveries where device_token = ${devices[user]!} and lease_id is not null and next_attempt_at <= now()`
+    select 1 from app.push_deliveries where device_token = ${devices[user]!} and leased_at is not null and next_attempt_at <= now()`
   return rows.length === 1
 }
 
