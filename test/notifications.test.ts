@@ -805,6 +805,37 @@ describe('loose ends (issue 28)', () => {
     // What is left of their pushes went with them; the rest go out as usual.
     await drain()
   })
+
+  it('pruning spent notifications reads them through indexes, never a scan of the table', async () => {
+    // 4,000 notifications of one recipient (a thousand of them read and 91 days old), analyzed,
+    // so the planner knows the table is not tiny.
+    const heap = await world.createUser('heap')
+    const recipient = heap.id.replace('user_', '')
+    const actor = users.alice!.id.replace('user_', '')
+    await world.sql`
+      insert into app.notifications (user_id, type, actor_id, subject_id, read, created_at)
+      select ${recipient}::uuid, 'follow_user_create', ${actor}::uuid, gen_random_uuid(), i <= 1000,
+             now() - case when i <= 1000 then interval '91 days' else interval '1 day' end
+      from generate_series(1, 4000) i`
+    await world.sql`analyze app.notifications`
+    // One statement's cost: the difference of the transaction's counters across it.
+    const connection = await world.sql.reserve()
+    try {
+      const counters = async () => (await connection<{ seq_scan: number; idx_scan: number }[]>`
+        select seq_scan::int, idx_scan::int from pg_stat_xact_user_tables where relid = 'app.notifications'::regclass`)[0]!
+      await connection`begin`
+      const before = await counters()
+      const [pruned] = await connection`select app.prune_notifications(interval '90 days', 100) as n`
+      const after = await counters()
+      await connection`rollback`
+      expect(pruned!.n).toBe(100)
+      expect(after.seq_scan - before.seq_scan).toBe(0)
+      expect(after.idx_scan - before.idx_scan).toBeGreaterThan(0)
+    } finally {
+      connection.release()
+    }
+    await world.sql`delete from app.notifications where user_id = ${recipient}::uuid`
+  })
 })
 
 describe('VAPID keys', () => {
