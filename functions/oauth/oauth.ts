@@ -13,6 +13,7 @@ import type { Context } from 'hono'
 import { bodyLimit } from 'hono/body-limit'
 import { jwtVerify } from 'jose'
 import type { AppEnv } from '../lib/context.ts'
+import { appLink } from '../lib/links.ts'
 import { ApiError, CLIENT_HUNG_UP_MESSAGE, RETRY_AFTER_UNAVAILABLE_SECONDS, clientHungUp, describeError, isDatabaseUnavailable, unavailableLogLine } from '../lib/errors.ts'
 import { inTurn } from '../lib/respond.ts'
 import { randomToken, sha256Hex, signAccessToken, verifyAccessToken } from '../lib/tokens.ts'
@@ -303,7 +304,7 @@ async function showAuthorize(c: OAuthContext, params: URLSearchParams, signInErr
   // a registered app could use a bad request (an unknown scope) on our trusted address as a
   // link that bounces strangers straight to its site.
   if (!context.member || signInError) {
-    return formPage(c, signInPage({ appName: check.client.name, authorize: authorizeQuery(params), error: signInError }), check.redirectUri, status)
+    return formPage(c, signInPage({ appName: check.client.name, authorize: authorizeQuery(params), action: appLink(c.var.deps.publicUrl, '/oauth/login'), error: signInError }), check.redirectUri, status)
   }
   if (check.kind === 'redirect') return redirectTo(c, check.redirectUri, { error: check.error, error_description: check.description, state: check.state })
   const fields: Record<string, string> = {}
@@ -312,7 +313,7 @@ async function showAuthorize(c: OAuthContext, params: URLSearchParams, signInErr
     if (value !== null) fields[name] = value
   }
   const csrf = csrfToken(c.var.deps.jwtSecret, cookieValue(c, sessionCookieName(c))!)
-  return formPage(c, consentPage({ appName: check.client.name, username: context.member.username, scopes: check.scopes, fields, csrf }), check.redirectUri)
+  return formPage(c, consentPage({ appName: check.client.name, username: context.member.username, scopes: check.scopes, fields, csrf, action: appLink(c.var.deps.publicUrl, '/oauth/authorize') }), check.redirectUri)
 }
 
 /** A Supabase Auth session (the website's), verified with the project's JWT secret: the member's auth.users id. */
@@ -400,7 +401,7 @@ oauth.post('/oauth/login', async (c) => {
     const context = await call<AuthorizeContext>(c, 'app.oauth_authorize_context', [authorize.get('client_id') ?? '', null])
     const check = checkAuthorizeRequest(authorize, context.client)
     if (check.kind === 'page') return page(c, errorPage(check.message), 400)
-    return formPage(c, signInPage({ appName: check.client.name, authorize: authorizeQuery(authorize), error: result.error_description }), check.redirectUri, result.status ?? 400, extra)
+    return formPage(c, signInPage({ appName: check.client.name, authorize: authorizeQuery(authorize), action: appLink(c.var.deps.publicUrl, '/oauth/login'), error: result.error_description }), check.redirectUri, result.status ?? 400, extra)
   }
   // Back to the authorization request (always our own path: no open redirect), now signed in.
   return c.body(null, 303, { location: `authorize?${authorizeQuery(authorize)}`, 'set-cookie': sessionCookie(c, session, SESSION_SECONDS), 'cache-control': 'no-store' })

@@ -116,11 +116,14 @@ export function errorPage(message: string): string {
 <p class="muted">Nothing was shared with the application. Go back to it and try again, or tell its developers.</p>`)
 }
 
-/** The local sign-in form: a one-time code from the operator CLI (`login-code --user U`). */
-export function signInPage(options: { appName: string; authorize: string; error?: string }): string {
+/**
+ * The local sign-in form: a one-time code from the operator CLI (`login-code --user U`).
+ * `action`: where the form posts, appLink(PUBLIC_URL, '/oauth/login') (functions/lib/links.ts).
+ */
+export function signInPage(options: { appName: string; authorize: string; action: string; error?: string }): string {
   return layout('Sign in', `<h1>Sign in to continue to ${escape(options.appName)}</h1>
 ${options.error ? `<p class="error" role="alert">${escape(options.error)}</p>` : ''}
-<form method="post" action="login">
+<form method="post" action="${escape(options.action)}">
 ${hidden({ authorize: options.authorize })}
 <label for="code">One-time sign-in code</label>
 <input type="text" id="code" name="code" autocomplete="one-time-code" required autofocus>
@@ -129,15 +132,18 @@ ${hidden({ authorize: options.authorize })}
 </form>`)
 }
 
-/** The consent page: the app's name and each requested scope in plain words; Approve or Deny. */
-export function consentPage(options: { appName: string; username: string; scopes: string[]; fields: Record<string, string>; csrf: string }): string {
+/**
+ * The consent page: the app's name and each requested scope in plain words; Approve or Deny.
+ * `action`: where the form posts, appLink(PUBLIC_URL, '/oauth/authorize') (functions/lib/links.ts).
+ */
+export function consentPage(options: { appName: string; username: string; scopes: string[]; fields: Record<string, string>; csrf: string; action: string }): string {
   const items = options.scopes.map((scope) => `<li><strong>${escape(scope)}</strong>: ${escape(SCOPE_WORDS[scope] ?? scope)}</li>`).join('\n')
   return layout(`Authorize ${options.appName}`, `<h1><span id="app-name">${escape(options.appName)}</span> wants to use your account</h1>
 <p>Signed in as <strong id="username">${escape(options.username)}</strong>. If you approve, it may:</p>
 <ul id="scopes">
 ${items}
 </ul>
-<form method="post" action="authorize">
+<form method="post" action="${escape(options.action)}">
 ${hidden({ ...options.fields, csrf_token: options.csrf })}
 <div class="buttons">
 <button type="submit" name="decision" value="deny">Deny</button>
