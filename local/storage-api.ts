@@ -65,6 +65,8 @@ export const DELETE_LIMIT = 1000
 const PREFIX = '/storage/v1/object/'
 const BUCKET = /^[a-z0-9][a-z0-9_.-]{0,62}$/
 const INCOMING_SUFFIX = '.part'
+/** File system errors that say the name cannot be a file under the bucket's folder. */
+const UNSTORABLE_NAME = new Set(['ENAMETOOLONG', 'ENOTDIR', 'EISDIR', 'EEXIST', 'ENOTEMPTY'])
 const encoder = new TextEncoder()
 
 /** A Storage error as the service renders it (HTTP 400 for every 4xx; the real status in the body). */
@@ -243,13 +245,14 @@ export function storageApi(options: StorageApiOptions): StorageApi {
         lastModified: new Date().toISOString(), contentLength: size, httpStatusCode: 200,
       }
       // The row first: of two uploads of one name without upsert, the unique (bucket_id, name) lets one in.
+      // (sql.json: a JSON text bound to ::jsonb would be stored as one jsonb string, not the object.)
       const [row] = upsert
         ? await options.sql<ObjectRow[]>`
-            insert into storage.objects (bucket_id, name, owner, metadata) values (${bucketId}, ${name}, ${owner ?? null}, ${JSON.stringify(metadata)}::jsonb)
+            insert into storage.objects (bucket_id, name, owner, metadata) values (${bucketId}, ${name}, ${owner ?? null}, ${options.sql.json(metadata)})
             on conflict (bucket_id, name) do update set metadata = excluded.metadata, owner = excluded.owner, updated_at = now()
             returning *`
         : await options.sql<ObjectRow[]>`
-            insert into storage.objects (bucket_id, name, owner, metadata) values (${bucketId}, ${name}, ${owner ?? null}, ${JSON.stringify(metadata)}::jsonb)
+            insert into storage.objects (bucket_id, name, owner, metadata) values (${bucketId}, ${name}, ${owner ?? null}, ${options.sql.json(metadata)})
             on conflict (bucket_id, name) do nothing
             returning *`
       if (!row) return storageError(409, 'ResourceAlreadyExists', 'The resource already exists', 'Duplicate')
@@ -259,6 +262,9 @@ export function storageApi(options: StorageApiOptions): StorageApi {
         await rename(incoming, target)
       } catch (err) {
         await options.sql`delete from storage.objects where id = ${row.id}`.catch(() => {})
+        // A name these files cannot hold (a part over 255 bytes; a part that is a file here and a
+        // folder there, which Storage's flat keys allow): the client's to change, not a 500.
+        if (UNSTORABLE_NAME.has((err as NodeJS.ErrnoException).code ?? '')) return invalidKey(name)
         throw err
       }
       kept = true

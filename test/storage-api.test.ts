@@ -8,6 +8,7 @@ import { join } from 'node:path'
 import { serve, type ServerType } from '@hono/node-server'
 import { createClient } from '@supabase/supabase-js'
 import { SignJWT } from 'jose'
+import WebSocket from 'ws'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { JWT_SECRET, type TestWorld, startWorld } from './support/app.ts'
 import { type StorageApi, storageApi } from '../local/storage-api.ts'
@@ -38,7 +39,11 @@ afterAll(async () => {
   if (dir) await rm(dir, { recursive: true, force: true })
 })
 
-const client = (key = serviceKey) => createClient(url, key, { auth: { persistSession: false, autoRefreshToken: false } }).storage
+// Node 20 has no global WebSocket, and supabase-js builds its Realtime client in createClient:
+// without a transport it throws before the storage client is reached.
+const client = (key = serviceKey) => createClient(url, key, {
+  auth: { persistSession: false, autoRefreshToken: false }, realtime: { transport: WebSocket as never },
+}).storage
 const md5 = (bytes: Uint8Array) => createHash('md5').update(bytes).digest('hex')
 const name = (file: string) => `${createHash('md5').update(Math.random().toString()).digest('hex')}/${file}`
 /** A PNG's signature and some bytes: enough for the bucket (which looks only at the declared type). */
@@ -153,6 +158,65 @@ describe('Storage REST API through @supabase/storage-js', () => {
     expect(failure(await client(anon).from('uploads').createSignedUploadUrl(name('d.png')))).toMatchObject({ status: 400, statusCode: '403' })
     expect((await client(anon).from('uploads').download(path)).error).not.toBeNull()
     expect(failure(await client('forged.key.here').from('uploads').createSignedUrl(path, 60))).toMatchObject({ status: 400 })
+  })
+
+  it('a download token expires, and one altered in any part is refused', async () => {
+    const path = name('kept.png')
+    const { data: signed } = await client().from('uploads').createSignedUploadUrl(path)
+    expect((await client().from('uploads').uploadToSignedUrl(path, signed!.token, png(), { contentType: 'image/png' })).error).toBeNull()
+    const link = new URL((await client().from('uploads').createSignedUrl(path, 60)).data!.signedUrl)
+    expect((await fetch(link)).status).toBe(200)
+    const withToken = (token: string) => {
+      const url = new URL(link)
+      url.searchParams.set('token', token)
+      return url
+    }
+    const refusal = async (url: URL) => {
+      const res = await fetch(url)
+      return { status: res.status, body: (await res.json()) as { statusCode: string; error: string; message: string } }
+    }
+
+    // Signed with the project's secret, for this very object, but expired ten seconds ago.
+    const secret = new TextEncoder().encode(JWT_SECRET)
+    const expired = await new SignJWT({ url: `uploads/${path}`, scope: 'download' }).setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+      .setExpirationTime(Math.floor(Date.now() / 1000) - 10).sign(secret)
+    expect(await refusal(withToken(expired))).toEqual({ status: 400, body: { statusCode: '400', error: 'InvalidJWT', message: 'jwt expired' } })
+
+    // The payload rewritten (another object, a later expiry) under the original signature.
+    const [header, payload, signature] = link.searchParams.get('token')!.split('.')
+    const claims = JSON.parse(Buffer.from(payload!, 'base64url').toString())
+    const other = name('secret.png')
+    for (const changed of [{ ...claims, url: `uploads/${other}` }, { ...claims, exp: claims.exp + 3600 }]) {
+      const forged = `${header}.${Buffer.from(JSON.stringify(changed)).toString('base64url')}.${signature}`
+      expect((await refusal(withToken(forged))).body).toMatchObject({ statusCode: '400', error: 'InvalidJWT' })
+    }
+    // Unsigned (alg none), and signed with another secret.
+    const none = `${Buffer.from('{"alg":"none","typ":"JWT"}').toString('base64url')}.${payload}.`
+    expect((await refusal(withToken(none))).body).toMatchObject({ statusCode: '400', error: 'InvalidJWT' })
+    const foreign = await new SignJWT(claims).setProtectedHeader({ alg: 'HS256' }).sign(new TextEncoder().encode('another-secret-that-is-long-enough-for-hs256'))
+    expect((await refusal(withToken(foreign))).body).toMatchObject({ statusCode: '400', error: 'InvalidJWT' })
+    // The token moved to another object's URL: that object's signature check fails.
+    const moved = new URL(link.href.replace(path, other))
+    expect((await refusal(moved)).body).toMatchObject({ statusCode: '400', error: 'InvalidSignature' })
+    // The service role's key is no download token (no scope, no url).
+    expect((await refusal(withToken(serviceKey))).body).toMatchObject({ statusCode: '400', error: 'InvalidSignature' })
+  })
+
+  it('a name these files cannot hold (a part over 255 bytes, a file where a folder is) is InvalidKey, never a 500', async () => {
+    const long = `${name('')}${'x'.repeat(256)}.png`
+    const { data: signed } = await client().from('uploads').createSignedUploadUrl(long)
+    const refused = await client().from('uploads').uploadToSignedUrl(long, signed!.token, png(), { contentType: 'image/png' })
+    expect(failure(refused)).toMatchObject({ status: 400, statusCode: '400' })
+    expect(refused.error!.message).toMatch(/^Invalid key/)
+    expect(await objectRow('uploads', long)).toBeUndefined()
+
+    const file = name('a.png')
+    expect((await client().from('uploads').upload(file, png(), { contentType: 'image/png' })).error).toBeNull()
+    const under = await client().from('uploads').upload(`${file}/b.png`, png(), { contentType: 'image/png' })
+    expect(failure(under)).toMatchObject({ status: 400, statusCode: '400' })
+    expect(await objectRow('uploads', `${file}/b.png`)).toBeUndefined()
+    // The object that was there is untouched.
+    expect((await client().from('uploads').exists(file)).data).toBe(true)
   })
 
   it('a name that would leave its bucket is refused', async () => {
