@@ -2,8 +2,9 @@
 // host that serves the edge function under /functions/v1/<name> (the function sees /<name>/…, as
 // on Supabase), and beside it whatever else the platform serves on that host (Storage's REST API,
 // Realtime's websocket: the caller attaches them). It proxies, nothing more: no auth of its own
-// (the function checks every credential), hop-by-hop headers dropped both ways, the client's
-// address in X-Forwarded-For.
+// (the function checks every credential), hop-by-hop headers dropped both ways (those a Connection
+// header names too), the client's own forwarding headers (Forwarded, X-Forwarded-*, X-Real-IP)
+// dropped, and the client's address in X-Forwarded-For.
 import { type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse, createServer, request as httpRequest } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { getRequestListener } from '@hono/node-server'
@@ -28,9 +29,24 @@ export interface Gateway {
 /** Headers of one hop, never forwarded (RFC 9110 section 7.6.1; each side frames its own body). */
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade', 'proxy-authorization', 'proxy-authenticate'])
 
+/**
+ * What a client may say about the hop it came through: never believed. The function builds every
+ * link from PUBLIC_URL and counts addresses from X-Forwarded-For's first entry, but whatever
+ * reads these later must find only what this gateway set, as behind Supabase's.
+ */
+const CLIENT_FORWARDING = new Set(['forwarded', 'x-forwarded-for', 'x-forwarded-host', 'x-forwarded-proto', 'x-forwarded-port', 'x-forwarded-prefix', 'x-real-ip', 'x-client-ip', 'true-client-ip', 'cf-connecting-ip'])
+
+/** The hop-by-hop headers of one message: the fixed ones and those its Connection header names (RFC 9110 section 7.6.1). */
+function hopByHop(connection: string | string[] | undefined): Set<string> {
+  const named = new Set(HOP_BY_HOP)
+  for (const value of [connection ?? []].flat()) for (const token of value.split(',')) if (token.trim()) named.add(token.trim().toLowerCase())
+  return named
+}
+
 function forwardedHeaders(req: IncomingMessage): IncomingHttpHeaders {
   const headers: IncomingHttpHeaders = {}
-  for (const [name, value] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(name)) headers[name] = value
+  const dropped = hopByHop(req.headers.connection)
+  for (const [name, value] of Object.entries(req.headers)) if (!dropped.has(name) && !CLIENT_FORWARDING.has(name)) headers[name] = value
   // The socket's address only: a client's own X-Forwarded-For is dropped, so it cannot choose the
   // address the function's per-address limits count (it reads the first entry).
   headers['x-forwarded-for'] = req.socket.remoteAddress ?? 'unknown'
@@ -59,8 +75,9 @@ function proxy(req: IncomingMessage, res: ServerResponse, origin: string, path: 
     hostname: target.hostname, port: target.port, method: req.method, path, headers: forwardedHeaders(req),
   }, (answer) => {
     const headers: string[] = []
+    const dropped = hopByHop(answer.headers.connection)
     for (let i = 0; i < answer.rawHeaders.length; i += 2) {
-      if (!HOP_BY_HOP.has(answer.rawHeaders[i]!.toLowerCase())) headers.push(answer.rawHeaders[i]!, answer.rawHeaders[i + 1]!)
+      if (!dropped.has(answer.rawHeaders[i]!.toLowerCase())) headers.push(answer.rawHeaders[i]!, answer.rawHeaders[i + 1]!)
     }
     res.writeHead(answer.statusCode ?? 502, answer.statusMessage, headers)
     answer.pipe(res)
