@@ -7,10 +7,12 @@ import { createHash } from 'node:crypto'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import type { SupabaseClient } from '@supabase/supabase-js'
 import { PNG } from 'pngjs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { JWT_SECRET, type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
 import { startReceiver } from './support/receiver.ts'
+import { listen } from './support/realtime.ts'
 import { type EdgeStack, startEdgeStack } from '../local/edge-stack.ts'
 
 const STARTUP_MS = 120_000
@@ -21,6 +23,7 @@ let bob: CreatedUser
 let stack: EdgeStack
 let storageDir: string
 let receiver: Awaited<ReturnType<typeof startReceiver>>
+const clients: SupabaseClient[] = []
 
 beforeAll(async () => {
   world = await startWorld()
@@ -35,6 +38,7 @@ beforeAll(async () => {
 }, STARTUP_MS + 60_000)
 
 afterAll(async () => {
+  await Promise.all(clients.map((client) => client.realtime.disconnect()))
   await stack?.stop()
   await receiver?.close()
   await world?.close()
@@ -52,6 +56,21 @@ async function call(method: string, path: string, options: { auth?: string; json
     body = JSON.parse(text)
   } catch {}
   return { status: res.status, body, headers: res.headers, text }
+}
+
+/**
+ * A GET on both entries at once: 200 and the same body on both, but for url fields, which
+ * carry each entry's PUBLIC_URL (the Node world's is http://api.test).
+ */
+async function sameOnBoth(path: string, auth: string) {
+  const edge = await call('GET', path, { auth })
+  const node = await world.get(path, { auth })
+  expect(node.status, `${path} on Node: ${node.text}`).toBe(200)
+  expect(edge.status, `${path} on the edge: ${edge.text}`).toBe(200)
+  // Both sides: what is stored with its links (a notification's) keeps the writer's PUBLIC_URL.
+  const unified = (body: unknown) => JSON.parse(JSON.stringify(body).replaceAll(stack.publicUrl, 'http://api.test'))
+  expect(unified(edge.body), path).toEqual(unified(node.body))
+  return edge.body
 }
 
 async function job(route: '/internal/maintenance' | '/internal/exports' | '/internal/webhooks') {
@@ -126,6 +145,62 @@ describe('the edge function behind the gateway, end to end', () => {
     const got = receiver.received.slice(before).filter((r) => r.path === '/edge')
     expect(got).toHaveLength(1)
     expect(JSON.parse(got[0]!.body)).toMatchObject({ type: 'new_todo', data: { id: todo.body.id } })
+  })
+
+  it('social, follow requests, projects, lists, search, notifications: written on the edge, read alike on both entries', async () => {
+    const carol = await world.createUser('carol', '--privacy', 'protected')
+    await world.admin('create-project', '--owner', 'alice', '--name', 'Edge works', '--slug', 'edgeworks', '--hashtag', 'edgeworks')
+    const todo = await call('POST', '/v1/todos', { auth: alice.api_key, json: { body: 'Proxied the gateway #edgeworks' } })
+    expect(todo.status, todo.text).toBe(201)
+    const comment = await call('POST', '/v1/comments', { auth: bob.api_key, json: { commentable_type: 'Todo', commentable_id: todo.body.id, body: 'well done' } })
+    expect(comment.status, comment.text).toBe(201)
+    const reaction = await call('POST', '/v1/reactions', { auth: bob.api_key, json: { reactable_type: 'Todo', reactable_id: todo.body.id } })
+    expect(reaction.status, reaction.text).toBe(201)
+    // Following a protected member is a request she approves.
+    expect((await call('POST', '/v1/users/carol/follow', { auth: alice.api_key })).status).toBe(204)
+    expect((await sameOnBoth('/v1/follow_requests', carol.api_key)).data.map((u: { username: string }) => u.username)).toEqual(['alice'])
+    expect((await call('POST', '/v1/follow_requests/alice/approve', { auth: carol.api_key })).status).toBe(204)
+    expect(await sameOnBoth('/v1/users/carol', alice.api_key)).toMatchObject({ following: true })
+
+    expect((await sameOnBoth(`/v1/todos/${todo.body.id}`, bob.api_key))).toMatchObject({ comments_count: 1, reactions_count: 1 })
+    expect((await sameOnBoth(`/v1/todos/${todo.body.id}/comments`, alice.api_key)).data[0]).toMatchObject({ body: 'well done' })
+    expect((await sameOnBoth('/v1/projects/edgeworks/todos', bob.api_key)).data.map((t: { id: string }) => t.id)).toContain(todo.body.id)
+    await sameOnBoth('/v1/projects/edgeworks', bob.api_key)
+    await sameOnBoth('/v1/users/alice/projects', bob.api_key)
+    await sameOnBoth('/v1/users/alice/todos?limit=2', bob.api_key)
+    await sameOnBoth('/v1/timeline?limit=3', bob.api_key)
+    // Search takes a first-party app's token, never an API key.
+    const searcher = await world.token('bob', 'public', { firstParty: true })
+    expect((await sameOnBoth('/v1/search/todos?query=proxied', searcher)).data.map((t: { id: string }) => t.id)).toEqual([todo.body.id])
+    const notifier = await world.token('alice', 'public write notifications', { firstParty: true })
+    expect((await sameOnBoth('/v1/notifications', notifier)).unread_count).toBeGreaterThan(0)
+    expect((await call('POST', '/v1/notifications/reading', { auth: notifier })).status).toBe(204)
+    expect((await sameOnBoth('/v1/notifications', notifier)).unread_count).toBe(0)
+  })
+
+  it('chat with realtime: a message sent on the edge reaches a supabase-js client at the gateway\'s host', async () => {
+    const aliceChat = await world.token('alice', 'public chat', { chat: true })
+    const bobChat = await world.token('bob', 'public chat', { chat: true })
+    const conversation = await call('POST', '/v1/conversations', { auth: aliceChat, json: { user: 'bob' } })
+    expect(conversation.status, conversation.text).toBe(201)
+    // Realtime at the same host as the function, as supabase-js finds it from SUPABASE_URL.
+    const bobListens = await listen(stack.url, clients, bobChat, `conversation:${conversation.body.id}`)
+    expect(bobListens.status).toBe('SUBSCRIBED')
+    const sent = await call('POST', `/v1/conversations/${conversation.body.id}/messages`, { auth: aliceChat, json: { body: 'sent through the edge' } })
+    expect(sent.status, sent.text).toBe(201)
+    expect(await bobListens.waitFor('message.created', (m) => m.id === sent.body.id, 30_000)).toMatchObject({ id: sent.body.id, body: 'sent through the edge' })
+    await sameOnBoth(`/v1/conversations/${conversation.body.id}/messages`, bobChat)
+  })
+
+  it('account: billing alike on both entries; a deletion asked on the edge, approved, ends the account', async () => {
+    const dora = await world.createUser('dora')
+    expect(await sameOnBoth('/v1/billing', dora.api_key)).toMatchObject({ status: 'active' })
+    expect((await call('DELETE', '/v1/account', { auth: dora.api_key })).status).toBe(204)
+    // Asked twice: 422 while the request is pending, on the edge as on Node.
+    expect((await call('DELETE', '/v1/account', { auth: dora.api_key })).status).toBe(422)
+    expect(await world.admin('approve-deletion', '--user', 'dora')).toEqual({ deleted: dora.id })
+    expect((await call('GET', '/v1/users/me', { auth: dora.api_key })).status).toBe(403)
+    expect((await call('GET', '/v1/users/dora', { auth: alice.api_key })).status).toBe(404)
   })
 
   it('pages: /docs, a member\'s page and /health through the prefix', async () => {
