@@ -9,6 +9,7 @@ import { openDatabase } from './database.ts'
 import { migrate } from './migrate.ts'
 import { startRealtimeGateway } from './realtime.ts'
 import { localStorage, runStorageMaintenance } from './storage.ts'
+import { storageApi } from './storage-api.ts'
 import { LOCAL_WEBHOOK_DRAIN, runWebhookWorker } from './webhook-runner.ts'
 import { runExportWorker } from './export-runner.ts'
 import { nodeWebhookSender } from './webhook-sender.ts'
@@ -31,6 +32,9 @@ const app = createApp({
   webUrl: config.webUrl, brotli: nodeBrotli, docsScript: nodeDocsScript, accessLog: (line) => console.log(line),
 })
 app.route('/', storage.routes)
+// Supabase Storage's REST API over the same files (local/storage-api.ts): what the edge function
+// talks to under `npm run start:edge`, served here too so both entries find it at their host.
+app.route('/', storageApi({ dir: storageDir, jwtSecret: config.jwtSecret, sql }).routes)
 
 // Background work that pg_cron and Supabase Queues do in production: every minute, and once
 // right after start, so that the files a stopped (or killed) server left queued go at once.

@@ -90,7 +90,28 @@ const app = createApp(
   { basePath: '/api' },
 )
 
-// PORT only for running it by hand or in test/deno.test.ts; the platform picks its own.
+/**
+ * Deno.serve decides whether a connection is kept: it closes one whose request body was left
+ * unread (the app's 413s answer before reading it) and says so with a `Connection: close` of its
+ * own. The app's header (which Node's server needs: local/node-http.ts) would be a second one, and
+ * a proxy that reads the header as one value ("close, close") keeps a socket Deno is closing
+ * (issue 30). On Deno the app's is dropped; Deno's stays (test/edge.test.ts).
+ */
+function connectionLeftToDeno(response: Response): Response {
+  if (!response.headers.has('connection')) return response
+  try {
+    response.headers.delete('connection')
+    return response
+  } catch {
+    // Immutable headers (a fetch()'s response passed through): the same answer with a copy.
+    const headers = new Headers(response.headers)
+    headers.delete('connection')
+    return new Response(response.body, { status: response.status, statusText: response.statusText, headers })
+  }
+}
+const serve = async (req: Request, info: Deno.ServeHandlerInfo) => connectionLeftToDeno(await app.fetch(req, info))
+
+// PORT only for running it by hand, in the tests and in `npm run start:edge`; the platform picks its own.
 const port = env('PORT')
-if (port) Deno.serve({ port: Number(port), hostname: '127.0.0.1' }, app.fetch)
-else Deno.serve(app.fetch)
+if (port) Deno.serve({ port: Number(port), hostname: '127.0.0.1' }, serve)
+else Deno.serve(serve)
