@@ -3,6 +3,7 @@
 import type { Context } from 'hono'
 import { HTTPException } from 'hono/http-exception'
 import { NO_RESULT_ROW } from './db.ts'
+import { DATABASE_SILENT } from './sql.ts'
 
 /** An error raised on the HTTP side, before or instead of a SQL call. */
 export class ApiError extends Error {
@@ -74,7 +75,9 @@ const NOT_APPLIED_SOCKET_CODES = new Set([
 ])
 // CONNECTION_DESTROYED: sql.end() cut the statement under way (at shutdown), which may have
 // committed. NO_RESULT_ROW: the statement came back without its row (functions/lib/db.ts).
-const OUTCOME_UNKNOWN_SOCKET_CODES = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', NO_RESULT_ROW])
+// DATABASE_SILENT: nobody answered the statement by its deadline (functions/lib/sql.ts); it may
+// have committed with only the answer lost on the way.
+const OUTCOME_UNKNOWN_SOCKET_CODES = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', NO_RESULT_ROW, DATABASE_SILENT])
 const UNAVAILABLE_MESSAGE = 'The database is unavailable right now; try again shortly.'
 const OUTCOME_UNKNOWN_MESSAGE =
   'The connection to the database broke while the request ran: it may or may not have taken effect. If you sent an Idempotency-Key, send the request again '
@@ -93,7 +96,7 @@ function databaseFailure(err: unknown): 'not-applied' | 'outcome-unknown' | null
 }
 
 /** Codes postgres.js (and callApi) give the errors of its connections, beside the socket's own (which name their syscall). */
-const DRIVER_CODES = new Set(['CONNECT_TIMEOUT', 'CONNECTION_ENDED', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', NO_RESULT_ROW])
+const DRIVER_CODES = new Set(['CONNECT_TIMEOUT', 'CONNECTION_ENDED', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', NO_RESULT_ROW, DATABASE_SILENT])
 
 /** Whether an error comes from the database or its connection: PostgreSQL's answer, a socket error of postgres.js, or its own codes. */
 function fromDatabase(err: unknown): boolean {

@@ -1,4 +1,6 @@
 // The postgres.js client both runtimes use, configured the same way.
+import { Socket } from 'node:net'
+import { clearImmediate, clearTimeout, setImmediate, setTimeout } from 'node:timers'
 import postgres from 'postgres'
 
 export interface SqlOptions {
@@ -15,6 +17,12 @@ export interface SqlOptions {
    * request's statement (or per role, when the role is switched inside it) would never apply.
    */
   statementTimeoutMs?: number
+  /**
+   * How long past statementTimeoutMs a statement may go unanswered before its connection is
+   * destroyed as silent (STATEMENT_DEADLINE_MARGIN_MS; default DEFAULT_DEADLINE_MARGIN_MS). Only
+   * with a statement timeout: without one nothing bounds how long a statement may rightly take.
+   */
+  deadlineMarginMs?: number
 }
 
 /** How long one request's statement may run unless STATEMENT_TIMEOUT_MS says otherwise. */
@@ -27,6 +35,41 @@ export function statementTimeoutFrom(value: string | undefined): number {
   if (!Number.isInteger(ms) || ms < 0) throw new Error(`STATEMENT_TIMEOUT_MS must be a whole number of milliseconds, got ${JSON.stringify(value)}`)
   return ms
 }
+
+/** How long past its statement timeout a statement may wait for PostgreSQL's answer, unless STATEMENT_DEADLINE_MARGIN_MS says otherwise. */
+export const DEFAULT_DEADLINE_MARGIN_MS = 2_000
+
+/** STATEMENT_DEADLINE_MARGIN_MS as milliseconds: unset or empty is the default; at least 1. */
+export function deadlineMarginFrom(value: string | undefined): number {
+  if (value === undefined || value.trim() === '') return DEFAULT_DEADLINE_MARGIN_MS
+  const ms = Number(value)
+  if (!Number.isInteger(ms) || ms < 1) throw new Error(`STATEMENT_DEADLINE_MARGIN_MS must be a whole number of milliseconds (1 or more), got ${JSON.stringify(value)}`)
+  return ms
+}
+
+/**
+ * The deadline of every statement on a pool: its statement timeout plus the margin, or null
+ * without a statement timeout. PostgreSQL answers every statement within its statement timeout
+ * (with its result, or with the timeout's error, 57014); the margin is for that answer to reach
+ * us (the network, a busy server or event loop). A statement still unanswered then is on a
+ * connection nobody answers on any more.
+ */
+export function statementDeadlineMs(statementTimeoutMs: number | undefined, marginMs = DEFAULT_DEADLINE_MARGIN_MS): number | null {
+  return statementTimeoutMs ? statementTimeoutMs + marginMs : null
+}
+
+/** The code of the error a connection fails its statements with when it was destroyed as silent. */
+export const DATABASE_SILENT = 'DATABASE_SILENT'
+
+/**
+ * TCP keepalive of every connection, in seconds of idleness before the first probe (postgres.js's
+ * keep_alive; its default is 60). Node (libuv) then probes every second and gives up after 10
+ * unanswered probes, so an idle connection to a host that vanished is closed within about 25 s,
+ * before a request is sent into it. (Keepalive cannot help a connection with a statement under
+ * way: the kernel retransmits unacknowledged data for up to ~15 minutes instead. The deadline
+ * does that job.)
+ */
+export const KEEP_ALIVE_SECONDS = 15
 
 /** How long opening one connection may take (postgres.js's connect_timeout, in seconds). */
 export const CONNECT_TIMEOUT_SECONDS = 5
@@ -47,6 +90,7 @@ export function reconnectBackoffSeconds(retries: number): number {
 const unlistedOptions = { max_pipeline: 1 }
 
 export function createSql(url: string, options: SqlOptions = {}) {
+  const deadlineMs = statementDeadlineMs(options.statementTimeoutMs, options.deadlineMarginMs)
   return postgres(url, {
     max: options.max ?? 10,
     prepare: options.prepare ?? true,
@@ -63,6 +107,9 @@ export function createSql(url: string, options: SqlOptions = {}) {
     // database restarts or is unreachable (a refused connection fails at once).
     connect_timeout: CONNECT_TIMEOUT_SECONDS,
     backoff: reconnectBackoffSeconds,
+    // A database that goes silent (a partition, a failover whose old host vanished): keepalive on
+    // every connection, and every statement's deadline (see silentDatabaseOptions).
+    ...silentDatabaseOptions(deadlineMs),
     // Timestamps leave the database as UTC ISO 8601 whatever the server's zone is.
     connection: {
       TimeZone: 'UTC',
@@ -114,4 +161,222 @@ export async function transaction<T>(sql: postgres.Sql, fn: (tx: postgres.Reserv
 export function poolSizeOf(sql: postgres.Sql): number {
   const max = (sql as { options?: { max?: unknown } }).options?.max
   return typeof max === 'number' && max > 0 ? max : 10
+}
+
+/**
+ * What postgres.js needs to notice a database that went silent, for createSql and the Realtime
+ * gateway's own clients: TCP keepalive, and, when statements have a deadline (statementDeadlineMs),
+ * sockets that watch it (WatchedSocket, through postgres.js's documented `socket` option).
+ */
+export function silentDatabaseOptions(deadlineMs: number | null): { keep_alive: number; socket?: (options: SocketOptions) => Socket } {
+  if (!deadlineMs) return { keep_alive: KEEP_ALIVE_SECONDS }
+  let next = 0
+  return {
+    keep_alive: KEEP_ALIVE_SECONDS,
+    socket(options) {
+      const socket = new WatchedSocket(deadlineMs)
+      if (options.path) {
+        socket.connect(options.path)
+      } else {
+        // As postgres.js itself does: the hosts of a multi-host URL in turn.
+        const i = next++ % options.host.length
+        const host = options.host[i]!
+        const port = options.port[i] ?? options.port[0]!
+        // postgres.js names host and port in its errors, and the host for TLS (its servername).
+        Object.assign(socket, { host, port })
+        socket.connect(port, host)
+      }
+      return socket
+    },
+  }
+}
+
+/** The parts of postgres.js's parsed options that a socket factory reads. */
+interface SocketOptions {
+  host: string[]
+  port: number[]
+  path?: string | false
+}
+
+// PostgreSQL's frontend/backend protocol ("Message Formats"): the codes of the untyped first
+// message a client sends, and the type bytes of the messages the watch counts. Everything but
+// that first message is a type byte and a length (which counts itself, not the type byte).
+const SSL_REQUEST_CODE = 80877103
+const GSSENC_REQUEST_CODE = 80877104
+const CANCEL_REQUEST_CODE = 80877102
+const READY_FOR_QUERY = 0x5a // Z
+const SYNC = 0x53 // S
+const SIMPLE_QUERY = 0x51 // Q
+const FUNCTION_CALL = 0x46 // F
+const FLUSH = 0x48 // H
+const TERMINATE = 0x58 // X
+
+/**
+ * A connection's socket that destroys itself when PostgreSQL leaves a statement unanswered past
+ * its deadline, failing the statement (and any pipelined behind it) with DATABASE_SILENT.
+ * postgres.js then takes the connection out of the pool and opens a new one for the next
+ * statement: the silent one is never reused.
+ *
+ * Why the socket: postgres.js has no per-statement deadline, and `query.cancel()` sends its cancel
+ * over a new connection, which a silent database leaves unanswered too; PostgreSQL's own
+ * statement_timeout cannot reach a client it cannot talk to. Closing the socket is the only way
+ * out, and a socket of our own (postgres.js's `socket` option) is how we hold it.
+ *
+ * How it knows a statement is owed: it reads the message framing both ways, nothing else.
+ * Every Sync, simple Query or FunctionCall the client sends is answered by exactly one
+ * ReadyForQuery, so their difference is the statements still owed; a Flush is owed some answer;
+ * a Terminate or a CancelRequest is owed the server's close. While something is owed, a timer
+ * runs: from the moment it is sent, and afresh at each ReadyForQuery that leaves more owed (the
+ * next pipelined statement's turn starts then). It stops when nothing is owed, so an idle
+ * connection, a transaction waiting for the app between its statements and a LISTEN waiting for
+ * notifications never expire. A connection's startup (authentication, until its first
+ * ReadyForQuery) is connect_timeout's to bound, not this. A connection that asks for TLS (or GSS
+ * encryption) is not watched past that request: what follows is encrypted, and postgres.js
+ * wraps it in a TLS socket of its own; such connections rely on keepalive (docs/reliability.md).
+ */
+export class WatchedSocket extends Socket {
+  /** ReadyForQuery messages owed: one per Sync, Query or FunctionCall sent. */
+  private owed = 0
+  /** The startup's ReadyForQuery is still to come. */
+  private starting = true
+  /** A Flush was sent and nothing has come back since. */
+  private flushed = false
+  /** A Terminate or a CancelRequest was sent: the server owes its close. */
+  private closing = false
+  private watching = true
+  private timer: ReturnType<typeof setTimeout> | null = null
+  /** The destruction decided by an expired timer, one turn of the event loop later. */
+  private doom: ReturnType<typeof setImmediate> | null = null
+  private readonly out = new Framer(true)
+  private readonly in = new Framer(false)
+
+  constructor(private readonly deadlineMs: number) {
+    super()
+    this.on('data', (chunk: Buffer) => this.received(chunk))
+    this.on('close', () => this.stop())
+  }
+
+  override write(chunk: unknown, ...rest: unknown[]): boolean {
+    this.sent(chunk)
+    return (super.write as (...args: unknown[]) => boolean)(chunk, ...rest)
+  }
+
+  override end(...args: unknown[]): this {
+    if (args[0] !== undefined && typeof args[0] !== 'function') this.sent(args[0])
+    return (super.end as (...args: unknown[]) => this)(...args)
+  }
+
+  private sent(chunk: unknown) {
+    if (!this.watching || !(chunk instanceof Uint8Array)) return
+    const before = this.expecting()
+    this.out.feed(chunk, (type, code) => {
+      if (type === null) {
+        if (code === SSL_REQUEST_CODE || code === GSSENC_REQUEST_CODE) return this.unwatch()
+        if (code === CANCEL_REQUEST_CODE) this.closing = true
+        // Anything else untyped is the StartupMessage.
+      } else if (type === SYNC || type === SIMPLE_QUERY || type === FUNCTION_CALL) this.owed++
+      else if (type === FLUSH) this.flushed = true
+      else if (type === TERMINATE) this.closing = true
+    })
+    if (this.watching && !before && this.expecting()) this.arm()
+  }
+
+  private received(chunk: Buffer) {
+    if (!this.watching) return
+    this.flushed = false
+    let turns = false
+    this.in.feed(chunk, (type) => {
+      if (type !== READY_FOR_QUERY) return
+      if (this.starting) this.starting = false
+      else if (this.owed > 0) {
+        this.owed--
+        turns = true
+      }
+    })
+    if (!this.expecting()) this.disarm()
+    else if (turns || (!this.timer && !this.doom)) this.arm()
+  }
+
+  /** Whether the server owes this connection an answer that the deadline bounds. */
+  private expecting(): boolean {
+    return !this.starting && (this.owed > 0 || this.flushed || this.closing)
+  }
+
+  private arm() {
+    this.disarm()
+    this.timer = setTimeout(() => this.expired(), this.deadlineMs)
+    this.timer.unref?.()
+  }
+
+  private disarm() {
+    if (this.timer) clearTimeout(this.timer)
+    if (this.doom) clearImmediate(this.doom)
+    this.timer = this.doom = null
+  }
+
+  /**
+   * The deadline passed. Destroyed after the event loop's next poll for I/O, not at once: when
+   * the process itself stalled past the deadline (timers run before I/O once it wakes), an
+   * answer already waiting in the socket is read first and saves the connection.
+   */
+  private expired() {
+    this.timer = null
+    this.doom = setImmediate(() => {
+      this.doom = null
+      this.destroy(Object.assign(
+        new Error(`PostgreSQL did not answer within ${this.deadlineMs} ms (the statement timeout plus its margin): the connection was destroyed`),
+        { code: DATABASE_SILENT },
+      ))
+    })
+  }
+
+  private unwatch() {
+    this.watching = false
+    this.disarm()
+  }
+
+  private stop() {
+    this.watching = false
+    this.disarm()
+  }
+}
+
+/**
+ * Cuts a PostgreSQL byte stream into messages, calling `message(type, code)` for each as soon
+ * as its header is complete: `type` is the message's type byte, or null for the untyped first
+ * message a client sends (its protocol code in `code`). Only headers are kept between chunks.
+ */
+class Framer {
+  /** Bytes of the current message still to skip. */
+  private skip = 0
+  private header: number[] = []
+
+  constructor(private untypedFirst: boolean) {}
+
+  feed(chunk: Uint8Array, message: (type: number | null, code: number) => void) {
+    let i = 0
+    while (i < chunk.length) {
+      if (this.skip > 0) {
+        const n = Math.min(this.skip, chunk.length - i)
+        this.skip -= n
+        i += n
+        continue
+      }
+      const size = this.untypedFirst ? 8 : 5
+      while (this.header.length < size && i < chunk.length) this.header.push(chunk[i++]!)
+      if (this.header.length < size) return
+      const h = this.header
+      this.header = []
+      if (this.untypedFirst) {
+        this.untypedFirst = false
+        const length = ((h[0]! << 24) | (h[1]! << 16) | (h[2]! << 8) | h[3]!) >>> 0
+        message(null, ((h[4]! << 24) | (h[5]! << 16) | (h[6]! << 8) | h[7]!) >>> 0)
+        this.skip = Math.max(0, length - 8)
+      } else {
+        const length = ((h[1]! << 24) | (h[2]! << 16) | (h[3]! << 8) | h[4]!) >>> 0
+        message(h[0]!, 0)
+        this.skip = Math.max(0, length - 4)
+      }
+    }
+  }
 }
