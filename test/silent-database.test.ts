@@ -118,8 +118,9 @@ describe('a statement the database leaves unanswered (createSql)', () => {
     // Both go to the one connection: the second is written before the first's answer arrives,
     // and runs once it has. The black hole opens as the first's answer is read, while the second
     // sleeps: what the connection still owes is the second's answer alone.
-    const first = sql`select 1 as one`
-    const second = sql`select pg_sleep(0.3), 2 as two`
+    // (postgres.js sends a statement once it is awaited or executed: both are sent now.)
+    const first = sql`select 1 as one`.execute()
+    const second = sql`select pg_sleep(0.3), 2 as two`.execute()
     void first.then(() => via.swallow())
     expect((await first)[0]!.one).toBe(1)
     const answer = await within(second, 20 * 2_500 + 10_000)
