@@ -247,23 +247,28 @@ export class WatchedSocket extends Socket {
   private timer: ReturnType<typeof setTimeout> | null = null
   /** The destruction decided by an expired timer, one turn of the event loop later. */
   private doom: ReturnType<typeof setImmediate> | null = null
+  /** Why this socket was destroyed, once it was destroyed as silent: reported at its close. */
+  private silence: Error | null = null
   private readonly out = new Framer(true)
   private readonly in = new Framer(false)
 
   constructor(private readonly deadlineMs: number) {
     super()
     this.on('data', (chunk: Buffer) => this.received(chunk))
-    this.on('close', () => this.stop())
+    // Registered before postgres.js's own listeners, so this runs first (see expired()).
+    this.on('close', () => this.onClose())
   }
 
-  override write(chunk: unknown, ...rest: unknown[]): boolean {
+  // What is sent, seen where the stream hands it to the socket: every write and end(chunk) passes
+  // here once, in order. (Not by overriding write(): net.Socket.connect() resets an own write.)
+  override _write(chunk: unknown, encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
     this.sent(chunk)
-    return (super.write as (...args: unknown[]) => boolean)(chunk, ...rest)
+    super._write(chunk, encoding, callback)
   }
 
-  override end(...args: unknown[]): this {
-    if (args[0] !== undefined && typeof args[0] !== 'function') this.sent(args[0])
-    return (super.end as (...args: unknown[]) => this)(...args)
+  override _writev(chunks: { chunk: unknown; encoding: BufferEncoding }[], callback: (error?: Error | null) => void): void {
+    for (const { chunk } of chunks) this.sent(chunk)
+    super._writev!(chunks, callback)
   }
 
   private sent(chunk: unknown) {
@@ -318,15 +323,22 @@ export class WatchedSocket extends Socket {
    * The deadline passed. Destroyed after the event loop's next poll for I/O, not at once: when
    * the process itself stalled past the deadline (timers run before I/O once it wakes), an
    * answer already waiting in the socket is read first and saves the connection.
+   *
+   * Destroyed without an error, which is reported at the close instead (onClose()): postgres.js
+   * fails a connection's statements at its socket's 'error' but takes the connection out of the
+   * pool only at its 'close', a turn of the event loop later, and a statement handed to it in
+   * between (by a caller reacting to the failure at once) was never answered nor failed: it hung.
+   * Reported just before postgres.js hears the close, both happen together.
    */
   private expired() {
     this.timer = null
     this.doom = setImmediate(() => {
       this.doom = null
-      this.destroy(Object.assign(
+      this.silence = Object.assign(
         new Error(`PostgreSQL did not answer within ${this.deadlineMs} ms (the statement timeout plus its margin): the connection was destroyed`),
         { code: DATABASE_SILENT },
-      ))
+      )
+      this.destroy()
     })
   }
 
@@ -335,9 +347,10 @@ export class WatchedSocket extends Socket {
     this.disarm()
   }
 
-  private stop() {
+  private onClose() {
     this.watching = false
     this.disarm()
+    if (this.silence && this.listenerCount('error') > 0) this.emit('error', this.silence)
   }
 }
 
