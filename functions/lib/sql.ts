@@ -205,6 +205,9 @@ const SSL_REQUEST_CODE = 80877103
 const GSSENC_REQUEST_CODE = 80877104
 const CANCEL_REQUEST_CODE = 80877102
 const READY_FOR_QUERY = 0x5a // Z
+const NOTIFICATION = 0x41 // A
+const NOTICE = 0x4e // N
+const PARAMETER_STATUS = 0x53 // S (from the server)
 const SYNC = 0x53 // S
 const SIMPLE_QUERY = 0x51 // Q
 const FUNCTION_CALL = 0x46 // F
@@ -288,9 +291,11 @@ export class WatchedSocket extends Socket {
 
   private received(chunk: Buffer) {
     if (!this.watching) return
-    this.flushed = false
     let turns = false
     this.in.feed(chunk, (type) => {
+      // What the server may send unasked (a notification, a notice, a parameter's new value) is
+      // no answer to a Flush.
+      if (type !== NOTIFICATION && type !== NOTICE && type !== PARAMETER_STATUS) this.flushed = false
       if (type !== READY_FOR_QUERY) return
       if (this.starting) this.starting = false
       else if (this.owed > 0) {
