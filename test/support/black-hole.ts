@@ -19,6 +19,11 @@ export interface BlackHoleProxy {
   swallow(): void
   /** Forward again: what waited is delivered, then the closes that happened meanwhile. */
   forward(): void
+  /**
+   * Close every connection from PostgreSQL's side, as a server that ends its sessions does: the
+   * app gets a FIN (an orderly close, no error), PostgreSQL a reset. New connections are served.
+   */
+  cut(): void
   /** Connections accepted so far, and how many of them are not closed on both sides yet. */
   stats(): { accepted: number; open: number }
   close(): Promise<void>
@@ -87,6 +92,12 @@ export async function startBlackHoleProxy(target: { host: string; port: number }
       const pending = deferred
       deferred = []
       for (const fn of pending) fn()
+    },
+    cut() {
+      for (const { client, upstream } of pairs) {
+        upstream.destroy()
+        client.end()
+      }
     },
     stats() {
       return { accepted, open: pairs.size }
