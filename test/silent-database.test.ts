@@ -4,8 +4,10 @@
 // - Through createSql: a statement left unanswered fails at its deadline (the statement timeout
 //   plus a margin) with DATABASE_SILENT, its connection is destroyed and a new one takes its
 //   place; a statement pipelined behind one that was answered is watched from when its turn
-//   came; a slow statement, an idle transaction and a LISTEN connection are not silence; the
-//   pool's sockets have TCP keepalive.
+//   came; a slow statement, an idle transaction and a LISTEN connection are not silence; a
+//   session that raised its own statement timeout is not cut; a transaction cut at its deadline
+//   fails without taking the process down (porsager/postgres#1208, patched); the pool's sockets
+//   have TCP keepalive.
 // - `npm start` through the proxy, its deadline set by STATEMENT_TIMEOUT_MS and
 //   STATEMENT_DEADLINE_MARGIN_MS: requests in the black hole are answered 503 {error} in bounded
 //   time, the Realtime gateway's health ping says it got no answer, and once the proxy forwards
@@ -20,7 +22,7 @@ import type { SupabaseClient } from '@supabase/supabase-js'
 import { afterAll, beforeAll, describe, expect, it, inject } from 'vitest'
 import { describeError } from '../functions/lib/errors.ts'
 import {
-  CONNECT_TIMEOUT_SECONDS, DATABASE_SILENT, DEFAULT_DEADLINE_MARGIN_MS, KEEP_ALIVE_SECONDS, createSql, deadlineMarginFrom, statementDeadlineMs, transaction,
+  CONNECT_TIMEOUT_SECONDS, DATABASE_SILENT, DEFAULT_DEADLINE_MARGIN_MS, KEEP_ALIVE_SECONDS, Needle, createSql, deadlineMarginFrom, statementDeadlineMs, transaction,
 } from '../functions/lib/sql.ts'
 import { runAdmin } from '../local/admin-commands.ts'
 import { JWT_SECRET } from './support/app.ts'
@@ -154,6 +156,83 @@ describe('a statement the database leaves unanswered (createSql)', () => {
     await quick.notify('silent_database_test', 'still here')
     await waitUntil('the notification', () => heard.includes('still here'), 10_000)
   })
+
+  it('a session that raised its own statement timeout is not cut at the deadline: SET LOCAL in a transaction, SET in a simple query, set_config', async () => {
+    const via = await proxy()
+    // Each on a pool of its own (one connection each): a connection that raised it once is not
+    // watched any more, so each way must be seen on a connection of its own.
+    const options = { max: 1, statementTimeoutMs: 300, deadlineMarginMs: 300 }
+    const [local, simple, config] = [pool(via, options), pool(via, options), pool(via, options)]
+    // As a bulk load does (test/exports.test.ts inserts a million rows so): longer than the
+    // deadline (600 ms), silent all along, answered at its end.
+    const loaded = await local.begin(async (tx) => {
+      await tx`set local statement_timeout = 0`
+      return (await tx`select pg_sleep(1.5), 8 as eight`)[0]!.eight
+    })
+    expect(loaded).toBe(8)
+    await simple.unsafe('SET Statement_Timeout TO 0')
+    expect((await simple`select pg_sleep(1.5), 9 as nine`)[0]!.nine).toBe(9)
+    await config`select set_config('statement_timeout', '0', false)`
+    expect((await config`select pg_sleep(1.5), 10 as ten`)[0]!.ten).toBe(10)
+    // A connection that raised nothing is still held to its deadline.
+    const plain = pool(via, options)
+    await plain`select 1`
+    via.swallow()
+    expect(await within(plain`select 4`.then(() => 'answered', (err: { code?: string }) => err.code), 10_000)).toBe(DATABASE_SILENT)
+    via.forward()
+  })
+
+  it('the search for statement_timeout finds it in any case and split across pieces, and nothing else', () => {
+    const needle = new Needle(new TextEncoder().encode('statement_timeout'))
+    const pieces = (...texts: string[]) => {
+      needle.reset()
+      return texts.some((text) => needle.find(new TextEncoder().encode(text)))
+    }
+    expect(pieces('set local statement_timeout = 0')).toBe(true)
+    expect(pieces('SET LOCAL STATEMENT_', 'TIMEOUT = 0')).toBe(true)
+    expect(pieces('select set_config(\'statemen', 't_timeout\', \'0\', true)')).toBe(true)
+    expect(pieces('statestatement_timeout')).toBe(true)
+    expect(pieces('select 1', 'statement timeout', 'lock_timeout', 'statement_timeou')).toBe(false)
+  })
+
+  it.each(['sql.begin', 'transaction() (sql.reserve)'] as const)(
+    'a transaction cut at its deadline (%s) fails, nothing is thrown outside it, and the pool serves the next statement',
+    async (kind) => {
+      const via = await proxy()
+      const sql = pool(via, { max: 1, statementTimeoutMs: 300, deadlineMarginMs: 300 })
+      // postgres.js sent the transaction's ROLLBACK, after the failure, to the socket the watch
+      // had destroyed: a TypeError thrown from a setImmediate, which ended the process (the CI
+      // run that reverted this work; porsager/postgres#1208, patched in patches/).
+      const uncaught: unknown[] = []
+      const listener = (err: unknown) => uncaught.push(err)
+      process.on('uncaughtException', listener)
+      try {
+        const outcome = (kind === 'sql.begin'
+          ? sql.begin(async (tx) => {
+            await tx`select 1`
+            via.swallow()
+            await tx`select 2`
+          })
+          : transaction(sql, async (tx) => {
+            await tx`select 1`
+            via.swallow()
+            await tx`select 2`
+          })
+        ).then(() => 'committed', (err: { code?: string }) => err.code ?? String(err))
+        const code = await within(outcome, 20_000)
+        // Our transaction() rethrows the statement's own error, which callApi answers 503;
+        // sql.begin rejects with its connection's close.
+        expect(code).toBe(kind === 'sql.begin' ? 'CONNECTION_CLOSED' : DATABASE_SILENT)
+        await sleep(300)
+        expect(uncaught).toEqual([])
+        via.forward()
+        expect(await within(sql`select 3 as three`.then((rows) => rows[0]!.three), 10_000)).toBe(3)
+        expect(uncaught).toEqual([])
+      } finally {
+        process.off('uncaughtException', listener)
+      }
+    },
+  )
 
   it(`sets TCP keepalive (${KEEP_ALIVE_SECONDS} s idle) on the pool's sockets`, async () => {
     const via = await proxy()

@@ -210,6 +210,7 @@ const NOTICE = 0x4e // N
 const PARAMETER_STATUS = 0x53 // S (from the server)
 const SYNC = 0x53 // S
 const SIMPLE_QUERY = 0x51 // Q
+const PARSE = 0x50 // P
 const FUNCTION_CALL = 0x46 // F
 const FLUSH = 0x48 // H
 const TERMINATE = 0x58 // X
@@ -236,6 +237,23 @@ const TERMINATE = 0x58 // X
  * ReadyForQuery) is connect_timeout's to bound, not this. A connection that asks for TLS (or GSS
  * encryption) is not watched past that request: what follows is encrypted, and postgres.js
  * wraps it in a TLS socket of its own; such connections rely on keepalive (docs/reliability.md).
+ *
+ * A statement may rightly outlast the deadline when its session raised its own statement timeout
+ * (`set local statement_timeout = 0` before a bulk load or a long migration step). The deadline
+ * cannot follow the setting's value (SET, SET LOCAL, set_config, RESET, a savepoint rolled back:
+ * that needs PostgreSQL's parser, and PostgreSQL does not report the setting), so it gives up
+ * instead: a connection that sends a statement naming `statement_timeout` (in a Parse or a
+ * simple Query, any case) is not watched any more, for the rest of its life. It then relies on
+ * keepalive, which does reach a long statement on a vanished host: once the statement was
+ * acknowledged the connection is idle at the TCP level, so probes go out after KEEP_ALIVE_SECONDS
+ * and the peer's kernel answers them while PostgreSQL works (a statement still unacknowledged
+ * when the host vanished waits for TCP's retransmissions instead, ~15 minutes). Only the
+ * statement texts our code writes are read for it, never a parameter: a client's input never
+ * reaches the search. Why not the other ways out (issue 29, docs/reliability.md): a deadline
+ * only on pools that never raise the timeout needs a check that can tell which pool a statement
+ * runs on, which no static check can; keepalive alone leaves a request sent into a black hole
+ * waiting for those retransmissions. A function of our schema cannot raise it for the statements
+ * after it: test/static-checks.test.ts keeps `statement_timeout` out of supabase/schemas.
  */
 export class WatchedSocket extends Socket {
   /** ReadyForQuery messages owed: one per Sync, Query or FunctionCall sent. */
@@ -254,6 +272,8 @@ export class WatchedSocket extends Socket {
   private silence: Error | null = null
   private readonly out = new Framer(true)
   private readonly in = new Framer(false)
+  /** Finds `statement_timeout` in the statement texts sent. */
+  private readonly raise = new Needle(STATEMENT_TIMEOUT)
 
   constructor(private readonly deadlineMs: number) {
     super()
@@ -277,16 +297,31 @@ export class WatchedSocket extends Socket {
   private sent(chunk: unknown) {
     if (!this.watching || !(chunk instanceof Uint8Array)) return
     const before = this.expecting()
-    this.out.feed(chunk, (type, code) => {
-      if (type === null) {
-        if (code === SSL_REQUEST_CODE || code === GSSENC_REQUEST_CODE) return this.unwatch()
-        if (code === CANCEL_REQUEST_CODE) this.closing = true
-        // Anything else untyped is the StartupMessage.
-      } else if (type === SYNC || type === SIMPLE_QUERY || type === FUNCTION_CALL) this.owed++
-      else if (type === FLUSH) this.flushed = true
-      else if (type === TERMINATE) this.closing = true
-    })
-    if (this.watching && !before && this.expecting()) this.arm()
+    let encrypted = false
+    let raised = false
+    this.out.feed(
+      chunk,
+      (type, code) => {
+        if (type === null) {
+          if (code === SSL_REQUEST_CODE || code === GSSENC_REQUEST_CODE) encrypted = true
+          else if (code === CANCEL_REQUEST_CODE) this.closing = true
+          // Anything else untyped is the StartupMessage (whose statement_timeout is the pool's own).
+          return false
+        }
+        if (type === SYNC || type === SIMPLE_QUERY || type === FUNCTION_CALL) this.owed++
+        else if (type === FLUSH) this.flushed = true
+        else if (type === TERMINATE) this.closing = true
+        // A statement's text is read for the setting that would let it outlast the deadline.
+        if (type !== PARSE && type !== SIMPLE_QUERY) return false
+        this.raise.reset()
+        return true
+      },
+      (text) => {
+        if (!raised && this.raise.find(text)) raised = true
+      },
+    )
+    if (encrypted || raised) return this.unwatch()
+    if (!before && this.expecting()) this.arm()
   }
 
   private received(chunk: Buffer) {
@@ -362,20 +397,25 @@ export class WatchedSocket extends Socket {
 /**
  * Cuts a PostgreSQL byte stream into messages, calling `message(type, code)` for each as soon
  * as its header is complete: `type` is the message's type byte, or null for the untyped first
- * message a client sends (its protocol code in `code`). Only headers are kept between chunks.
+ * message a client sends (its protocol code in `code`). When `message` returns true, the
+ * message's body is handed to `body` as it passes, in pieces; other bodies are skipped. Only
+ * headers are kept between chunks.
  */
 class Framer {
-  /** Bytes of the current message still to skip. */
+  /** Bytes of the current message still to pass. */
   private skip = 0
+  /** Whether the current message's body goes to `body`. */
+  private reading = false
   private header: number[] = []
 
   constructor(private untypedFirst: boolean) {}
 
-  feed(chunk: Uint8Array, message: (type: number | null, code: number) => void) {
+  feed(chunk: Uint8Array, message: (type: number | null, code: number) => boolean | void, body?: (bytes: Uint8Array) => void) {
     let i = 0
     while (i < chunk.length) {
       if (this.skip > 0) {
         const n = Math.min(this.skip, chunk.length - i)
+        if (this.reading) body?.(chunk.subarray(i, i + n))
         this.skip -= n
         i += n
         continue
@@ -388,13 +428,54 @@ class Framer {
       if (this.untypedFirst) {
         this.untypedFirst = false
         const length = ((h[0]! << 24) | (h[1]! << 16) | (h[2]! << 8) | h[3]!) >>> 0
-        message(null, ((h[4]! << 24) | (h[5]! << 16) | (h[6]! << 8) | h[7]!) >>> 0)
+        this.reading = message(null, ((h[4]! << 24) | (h[5]! << 16) | (h[6]! << 8) | h[7]!) >>> 0) === true
         this.skip = Math.max(0, length - 8)
       } else {
         const length = ((h[1]! << 24) | (h[2]! << 16) | (h[3]! << 8) | h[4]!) >>> 0
-        message(h[0]!, 0)
+        this.reading = message(h[0]!, 0) === true
         this.skip = Math.max(0, length - 4)
       }
     }
+  }
+}
+
+/** The setting a session may raise to let its statements outlast the deadline (see WatchedSocket). */
+const STATEMENT_TIMEOUT = new TextEncoder().encode('statement_timeout')
+
+/**
+ * Finds a lower-case ASCII word in a byte stream that arrives in pieces, in any letter case:
+ * Knuth-Morris-Pratt, so the search costs one step per byte and keeps one number between pieces.
+ */
+export class Needle {
+  private matched = 0
+  /** For each prefix of the word: the length of its longest proper prefix that is also its suffix. */
+  private readonly fallback: number[]
+
+  constructor(private readonly word: Uint8Array) {
+    this.fallback = new Array<number>(word.length).fill(0)
+    for (let i = 1, k = 0; i < word.length; i++) {
+      while (k > 0 && word[i] !== word[k]) k = this.fallback[k - 1]!
+      if (word[i] === word[k]) k++
+      this.fallback[i] = k
+    }
+  }
+
+  /** Forgets what was read: the next piece starts a new text. */
+  reset() {
+    this.matched = 0
+  }
+
+  /** Whether the word ends in `bytes`, read after the pieces before it. */
+  find(bytes: Uint8Array): boolean {
+    for (const raw of bytes) {
+      const b = raw >= 0x41 && raw <= 0x5a ? raw | 0x20 : raw
+      while (this.matched > 0 && b !== this.word[this.matched]) this.matched = this.fallback[this.matched - 1]!
+      if (b === this.word[this.matched]) this.matched++
+      if (this.matched === this.word.length) {
+        this.matched = 0
+        return true
+      }
+    }
+    return false
   }
 }
