@@ -1,0 +1,50 @@
+// Writes the Edge Function's copy of postgres.js (supabase/functions/_vendor/postgres) from
+// node_modules/postgres as patch-package left it (patches/postgres+3.4.9.patch: porsager/postgres
+// #1181, #1208). Deno never runs npm's postinstall, so `npm:postgres@3.4.9` in the function's
+// import map was the release without our patch; the map now names this copy. Run it after the
+// patch or the version changes (`npm run vendor:postgres`); test/driver-deno.test.ts fails while
+// the copy differs from what this would write, and runs the driver bugs under Deno through it.
+import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { dirname, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { ROOT } from './paths.ts'
+
+export const VENDORED_POSTGRES = join(ROOT, 'supabase', 'functions', '_vendor', 'postgres')
+const SOURCE = join(ROOT, 'node_modules', 'postgres')
+
+// Node's built-ins as postgres.js names them (bare); Deno wants them as node:… in a local file.
+const BARE_BUILTIN = /from '(net|tls|crypto|stream|perf_hooks|os|fs)'/g
+
+/** The vendored files, by their path under VENDORED_POSTGRES, as they must read. */
+export function vendoredPostgres(): Map<string, string> {
+  const version = (JSON.parse(readFileSync(join(SOURCE, 'package.json'), 'utf8')) as { version: string }).version
+  const files = new Map<string, string>()
+  for (const name of readdirSync(join(SOURCE, 'src')).filter((n) => n.endsWith('.js')).sort()) {
+    let text = readFileSync(join(SOURCE, 'src', name), 'utf8').replace(BARE_BUILTIN, "from 'node:$1'")
+    if (name === 'index.js') {
+      text = '// @ts-self-types="../types/index.d.ts"\n'
+        + `// postgres.js ${version} with patches/postgres+${version}.patch, for the Edge Function (Deno): written by\n`
+        + '// `npm run vendor:postgres` (local/vendor-postgres.ts) from node_modules/postgres. Do not edit.\n'
+        + text
+    }
+    files.set(`src/${name}`, text)
+  }
+  files.set('types/index.d.ts', readFileSync(join(SOURCE, 'types', 'index.d.ts'), 'utf8'))
+  return files
+}
+
+/** The files under VENDORED_POSTGRES now, by their path under it. */
+export function vendoredPostgresOnDisk(dir = VENDORED_POSTGRES, prefix = ''): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) =>
+    entry.isDirectory() ? vendoredPostgresOnDisk(join(dir, entry.name), `${prefix}${entry.name}/`) : [`${prefix}${entry.name}`])
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  const files = vendoredPostgres()
+  rmSync(VENDORED_POSTGRES, { recursive: true, force: true })
+  for (const [path, text] of files) {
+    mkdirSync(dirname(join(VENDORED_POSTGRES, path)), { recursive: true })
+    writeFileSync(join(VENDORED_POSTGRES, path), text)
+  }
+  console.log(`wrote ${files.size} files to ${VENDORED_POSTGRES}`)
+}
