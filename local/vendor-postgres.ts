@@ -15,12 +15,28 @@ const SOURCE = join(ROOT, 'node_modules', 'postgres')
 // Node's built-ins as postgres.js names them (bare); Deno wants them as node:… in a local file.
 const BARE_BUILTIN = /from '(net|tls|crypto|stream|perf_hooks|os|fs)'/g
 
+/**
+ * The Node globals a file uses, imported: Deno gives them to npm packages only (in a local file,
+ * setTimeout would be the web one and Buffer missing), as postgres.js's own Deno build imports
+ * them too.
+ */
+function nodeGlobals(text: string): string {
+  const uses = (name: string) => new RegExp(`\\b${name}\\b`).test(text)
+  const lines: string[] = []
+  if (uses('Buffer')) lines.push("import { Buffer } from 'node:buffer'")
+  if (uses('process')) lines.push("import process from 'node:process'")
+  const timers = ['clearImmediate', 'clearTimeout', 'setImmediate', 'setTimeout'].filter(uses)
+  if (timers.length > 0) lines.push(`import { ${timers.join(', ')} } from 'node:timers'`)
+  return lines.map((line) => `${line}\n`).join('')
+}
+
 /** The vendored files, by their path under VENDORED_POSTGRES, as they must read. */
 export function vendoredPostgres(): Map<string, string> {
   const version = (JSON.parse(readFileSync(join(SOURCE, 'package.json'), 'utf8')) as { version: string }).version
   const files = new Map<string, string>()
   for (const name of readdirSync(join(SOURCE, 'src')).filter((n) => n.endsWith('.js')).sort()) {
-    let text = readFileSync(join(SOURCE, 'src', name), 'utf8').replace(BARE_BUILTIN, "from 'node:$1'")
+    const original = readFileSync(join(SOURCE, 'src', name), 'utf8')
+    let text = nodeGlobals(original) + original.replace(BARE_BUILTIN, "from 'node:$1'")
     if (name === 'index.js') {
       text = '// @ts-self-types="../types/index.d.ts"\n'
         + `// postgres.js ${version} with patches/postgres+${version}.patch, for the Edge Function (Deno): written by\n`

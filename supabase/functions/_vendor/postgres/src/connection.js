@@ -1,3 +1,6 @@
+import { Buffer } from 'node:buffer'
+import process from 'node:process'
+import { clearImmediate, clearTimeout, setImmediate, setTimeout } from 'node:timers'
 import net from 'node:net'
 import tls from 'node:tls'
 import crypto from 'node:crypto'

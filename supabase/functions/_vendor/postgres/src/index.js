@@ -1,6 +1,8 @@
 // @ts-self-types="../types/index.d.ts"
 // postgres.js 3.4.9 with patches/postgres+3.4.9.patch, for the Edge Function (Deno): written by
 // `npm run vendor:postgres` (local/vendor-postgres.ts) from node_modules/postgres. Do not edit.
+import process from 'node:process'
+import { clearTimeout, setTimeout } from 'node:timers'
 import os from 'node:os'
 import fs from 'node:fs'
 
