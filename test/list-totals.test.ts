@@ -55,6 +55,9 @@ function filters(): Filter[] {
     { label: 'none', query: '', where: 'true', fullText: false },
     { label: 'since', query: `since=${since}`, where: `t.created_at >= '${since}'`, fullText: false },
     { label: 'until', query: `until=${until}`, where: `t.created_at <= '${until}'`, fullText: false },
+    // Ranges that hold some members' whole history (app.timeline_todos_between takes those from todos_count).
+    { label: 'since 1970', query: 'since=1970-01-01T00:00:00Z', where: `t.created_at >= '1970-01-01T00:00:00Z'`, fullText: false },
+    { label: 'since 1970 until 2100', query: 'since=1970-01-01T00:00:00Z&until=2100-01-01T00:00:00Z', where: `t.created_at >= '1970-01-01T00:00:00Z' and t.created_at <= '2100-01-01T00:00:00Z'`, fullText: false },
     { label: 'since+until', query: `since=${since}&until=${until}`, where: `t.created_at >= '${since}' and t.created_at <= '${until}'`, fullText: false },
     {
       label: 'since a local day', query: `since=${day}`, fullText: false,

@@ -1011,22 +1011,29 @@ begin
   lo := coalesce(lo, '-infinity'::timestamptz);
   hi := coalesce(hi, 'infinity'::timestamptz);
   -- |A ∪ B| = |A| + |B \ A|. A: the viewer's and their followees' todos (a followee is visible
-  -- unless private; protected ones are visible to their approved followers), muted ones left
-  -- out: from todos_count when unbounded, else counted per member by (user_id, created_at).
-  -- B: the followed projects' todos by anyone else the viewer may see (public authors: a
-  -- protected one the viewer follows is in A).
+  -- unless private; protected ones are visible to their approved followers; a member's todos
+  -- carry the member's privacy), muted ones left out: from todos_count when unbounded or when
+  -- the range holds the member's whole history (two index probes: their oldest and newest
+  -- todo; `since=1970` is every member's whole history), else counted per member by
+  -- (user_id, created_at). B: the followed projects' todos by anyone else the viewer may see
+  -- (public authors: a protected one the viewer follows is in A).
   return (case when unbounded then
             (select coalesce(sum(u.todos_count), 0) from app.users u
               where u.id in (select viewer_id union select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
                 and (u.id = viewer_id or u.privacy <> 'private')
                 and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = u.id))
           else
-            (select count(*)
-               from (select viewer_id as member_id union select f.followee_id from app.user_follows f where f.follower_id = viewer_id) a
-               join app.todos t on t.user_id = a.member_id
-              where t.created_at >= lo and t.created_at < hi
-                and (t.user_id = viewer_id or t.author_privacy <> 'private')
-                and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = t.user_id))
+            (select coalesce(sum(case
+                      when lo <= e.first_at and hi > e.last_at then u.todos_count
+                      else (select count(*) from app.todos t where t.user_id = u.id and t.created_at >= lo and t.created_at < hi)
+                    end), 0)
+               from app.users u
+               cross join lateral (
+                 select (select t.created_at from app.todos t where t.user_id = u.id order by t.created_at, t.id limit 1) as first_at,
+                        (select t.created_at from app.todos t where t.user_id = u.id order by t.created_at desc, t.id desc limit 1) as last_at) e
+              where u.id in (select viewer_id union select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
+                and (u.id = viewer_id or u.privacy <> 'private')
+                and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = u.id))
           end)
     + (select count(*) from app.project_follows pf
          join app.todos t on t.project_id = pf.project_id
@@ -1038,7 +1045,7 @@ begin
 end;
 $$;
 comment on function app.timeline_todos_between(timestamp with time zone, timestamp with time zone) is
-  'How many todos of the current viewer''s timeline have lo <= created_at < hi (both null: all of them): the total_count of GET /v1/timeline. The viewer''s and followees'' from their todos_count when unbounded, else counted per member by the (user_id, created_at) index; the followed projects'' todos by other public members counted by the (project_id, created_at) index. Bounded by what the followed sources hold, never by how many todos everyone has (issue 26). Security definer: counts through the follows and mutes of auth.uid() only, and reads no todo it returns.';
+  'How many todos of the current viewer''s timeline have lo <= created_at < hi (both null: all of them): the total_count of GET /v1/timeline. The viewer''s and followees'' from their todos_count when unbounded or when the range holds a member''s whole history (their oldest and newest todo, two index probes), else counted per member by the (user_id, created_at) index; the followed projects'' todos by other public members counted by the (project_id, created_at) index. Bounded by what the followed sources hold, never by how many todos everyone has (issue 26). Security definer: counts through the follows and mutes of auth.uid() only, and reads no todo it returns.';
 grant execute on function app.timeline_todos_between(timestamp with time zone, timestamp with time zone) to authenticated;
 
 create function api.timeline(filters jsonb, page_limit integer, starting_after text, expand_reactions boolean)

@@ -542,31 +542,31 @@ comment on function app.todo_json(app.todos, boolean) is
   'A todo as the API renders it for the current viewer: app.todos_json of its id (null when the viewer may not see it). Called after the statement that wrote it, so it renders the stored row.';
 grant execute on function app.todo_json(app.todos, boolean) to authenticated;
 
-create function app.timeline_sources(conditions text, per_source integer)
+create function app.timeline_sources(conditions text, per_source integer, with_words boolean default false)
 returns text
 language sql
 immutable
 set search_path = ''
 as $$
   select format(
-    'select t.id, t.created_at
+    'select t.id, t.created_at%3$s
        from (select $7 as member_id union select f.followee_id from app.user_follows f where f.follower_id = $7) m
-       cross join lateral (select t.id, t.created_at from app.todos t where t.user_id = m.member_id and %1$s
+       cross join lateral (select t.id, t.created_at%3$s from app.todos t where t.user_id = m.member_id and %1$s
                            order by t.created_at desc, t.id desc limit %2$s) t
      union all
-     select t.id, t.created_at
+     select t.id, t.created_at%3$s
        from app.project_follows pf
-       cross join lateral (select t.id, t.created_at from app.todos t
+       cross join lateral (select t.id, t.created_at%3$s from app.todos t
                             where t.project_id = pf.project_id and %1$s
                               and t.user_id <> $7
                               and t.user_id not in (select f.followee_id from app.user_follows f where f.follower_id = $7)
                             order by t.created_at desc, t.id desc limit %2$s) t
       where pf.user_id = $7',
-    conditions, per_source)
+    conditions, per_source, case when with_words then ', t.search' else '' end)
 $$;
-comment on function app.timeline_sources(text, integer) is
-  'The SQL of a timeline''s sources for app.todo_page: the viewer''s, each followed member''s and each followed project''s own newest todos meeting `conditions` (at most per_source each, by the (user_id | project_id, created_at) indexes), as (id, created_at) rows, to be merged newest first. Why a merge: walking everyone''s todos until enough are the followed ones'' costs what the members the viewer does not follow write (40x from 10k to 100k members, issue 26); this costs what the followed sources hold. A project''s source leaves out the todos of the viewer and of followed members (theirs are in their own sources), so the sources are disjoint: union all, which a count up to a cap can stop reading early. Parameters as todo_page binds them ($7 the viewer).';
-grant execute on function app.timeline_sources(text, integer) to authenticated;
+comment on function app.timeline_sources(text, integer, boolean) is
+  'The SQL of a timeline''s sources for app.todo_page: the viewer''s, each followed member''s and each followed project''s own newest todos meeting `conditions` (at most per_source each, by the (user_id | project_id, created_at) indexes), as (id, created_at) rows, to be merged newest first; with_words adds each todo''s search column, read from its row by the same index scan (a full-text filter applied outside the sources, whose LIMIT keeps the planner from answering it with the words'' GIN index once per source). Why a merge: walking everyone''s todos until enough are the followed ones'' costs what the members the viewer does not follow write (40x from 10k to 100k members, issue 26); this costs what the followed sources hold. A project''s source leaves out the todos of the viewer and of followed members (theirs are in their own sources), so the sources are disjoint: union all, which a count up to a cap can stop reading early. Parameters as todo_page binds them ($7 the viewer).';
+grant execute on function app.timeline_sources(text, integer, boolean) to authenticated;
 
 create function app.todo_page(scope text, scope_id uuid, filters jsonb, page_limit integer, starting_after text, expand_reactions boolean, match_cap integer default null::integer)
 returns jsonb
@@ -603,6 +603,7 @@ declare
   window_start timestamptz;
   span interval;
   read_count integer := 0;
+  read_now integer;
   anchor_at integer;
   total bigint;
   has_more boolean;
@@ -650,13 +651,14 @@ begin
       -- Full text on the timeline: a todo's words are not in the sources' indexes, so a merge
       -- of sources that each read their own todos until a page matches reads every followed
       -- todo when the words are common or negated (the planner cannot know how many match:
-      -- 18,000 rows for one page at 1M, issue 26). Instead, candidates are found by index alone
-      -- (app.timeline_sources without the words) and only their words are read, newest first,
-      -- until a page and one match:
-      --   - first the sources' newest page and one, merged as the unfiltered timeline is;
-      --   - then windows of time read whole from every source (index range scans, no limit per
-      --     source: they read only the todos in the window), each as long as the candidates
-      --     read so far say holds twice the matches still wanted, and at least four times the last;
+      -- 18,000 rows for one page at 1M, issue 26). Instead, the todos read are bounded by time,
+      -- newest first, until a page and one match:
+      --   - first the sources' newest page and one, found by index alone (merged as the
+      --     unfiltered timeline is), then their words read by id;
+      --   - then windows of time read whole from every source (index range scans that read each
+      --     todo's words from its row, no limit per source: they read only the todos in the
+      --     window), each as long as the todos read so far say holds twice the matches still
+      --     wanted, and at least four times the last;
       --   - once a window would reach before 1970, the rest of the sources in one last read.
       -- So a page reads about twice a page / the share of todos that match, whatever the
       -- sources hold, in a few statements; a rare word reads what the followed sources hold.
@@ -664,24 +666,42 @@ begin
       after_at := anchor.created_at;
       after_id := anchor.id;
       loop
-        execute format('select array(select s.id from (%s) s order by s.created_at desc, s.id desc%s)',
-                       app.timeline_sources(
-                         index_conditions
-                           || case when after_id is not null then ' and (t.created_at, t.id) < ($5, $6)' else '' end
-                           || case when window_start is not null then ' and t.created_at >= $8' else '' end,
-                         case when span is null then page_limit + 1 else 2147483647 end),
-                       case when span is null then format(' limit %s', page_limit + 1) else '' end)
-          into candidates using scope_id, since_at, until_at, matching, after_at, after_id, viewer_id, window_start;
-        page := page || array(
-          select t.id from app.todos t
-          where t.id = any (candidates) and t.search @@ matching
-          order by t.created_at desc, t.id desc
-          limit page_limit + 1 - cardinality(page));
+        if span is null then
+          -- The cursor and the window's start are in (select $n): the planner does not see their
+          -- values. A value in the newest histogram bin (every window's is) makes it look up the
+          -- actual newest created_at in the index (get_actual_variable_range), and after a burst
+          -- of deletions of new todos that walks every dead entry at the index's end: 10,700
+          -- pages, 3.5 ms of planning per statement at 10M (issue 26). Hidden, the per-source
+          -- index range scans are the same plan, planned in 0.4 ms.
+          execute format('select array(select s.id from (%s) s order by s.created_at desc, s.id desc limit %s)',
+                         app.timeline_sources(
+                           index_conditions || case when after_id is not null then ' and (t.created_at, t.id) < ((select $5), (select $6))' else '' end,
+                           page_limit + 1),
+                         page_limit + 1)
+            into candidates using scope_id, since_at, until_at, matching, after_at, after_id, viewer_id, window_start;
+          page := page || array(
+            select t.id from app.todos t
+            where t.id = any (candidates) and t.search @@ matching
+            order by t.created_at desc, t.id desc
+            limit page_limit + 1 - cardinality(page));
+          read_now := cardinality(candidates);
+        else
+          -- A window is read whole, so its todos' words are read by the sources' own index
+          -- scans (one heap row each), not looked up again by id (a primary-key descent each:
+          -- three times the pages at 10M, issue 26); how many it read sizes the next window.
+          execute format('select coalesce(array_agg(s.id order by s.created_at desc, s.id desc) filter (where s.search @@ $4), ''{}''), count(*)::integer from (%s) s',
+                         app.timeline_sources(
+                           index_conditions || ' and (t.created_at, t.id) < ((select $5), (select $6))'
+                             || case when window_start is not null then ' and t.created_at >= (select $8)' else '' end,
+                           2147483647, true))
+            into candidates, read_now using scope_id, since_at, until_at, matching, after_at, after_id, viewer_id, window_start;
+          page := page || candidates[1:page_limit + 1 - cardinality(page)];
+        end if;
         -- Done: a page and one, the first read found fewer than it asked, or the last read.
         exit when cardinality(page) > page_limit
-          or (span is null and cardinality(candidates) <= page_limit)
+          or (span is null and read_now <= page_limit)
           or (span is not null and window_start is null);
-        read_count := read_count + cardinality(candidates);
+        read_count := read_count + read_now;
         if span is null then
           -- After the first read the cursor is its last candidate; later ones start where their window did.
           select t.created_at, t.id into after_at, after_id from app.todos t where t.id = candidates[cardinality(candidates)];
