@@ -10,8 +10,10 @@
 //   have TCP keepalive.
 // - `npm start` through the proxy, its deadline set by STATEMENT_TIMEOUT_MS and
 //   STATEMENT_DEADLINE_MARGIN_MS: requests in the black hole are answered 503 {error} in bounded
-//   time, the Realtime gateway's health ping says it got no answer, and once the proxy forwards
-//   again the same server answers again and the gateway delivers again.
+//   time (Retry-After on a lost answer only when a retry is safe: a read, a write with its
+//   Idempotency-Key), the Realtime gateway's health ping says it got no answer, and once the
+//   proxy forwards again the same server answers again, the keyed write sent again makes one
+//   todo, and the gateway delivers again.
 import { execFile } from 'node:child_process'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -268,11 +270,11 @@ describe('a statement the database leaves unanswered (createSql)', () => {
 })
 
 /** One request; NO_ANSWER when none came within `ms`. */
-async function call(base: string, method: string, path: string, auth: string, ms: number, json?: unknown) {
+async function call(base: string, method: string, path: string, auth: string, ms: number, json?: unknown, extraHeaders: Record<string, string> = {}) {
   try {
     const response = await fetch(base + path, {
       method,
-      headers: { authorization: `Bearer ${auth}`, ...(json === undefined ? {} : { 'content-type': 'application/json' }) },
+      headers: { authorization: `Bearer ${auth}`, ...(json === undefined ? {} : { 'content-type': 'application/json' }), ...extraHeaders },
       body: json === undefined ? undefined : JSON.stringify(json),
       signal: AbortSignal.timeout(ms),
     })
@@ -334,19 +336,34 @@ describe('npm start when its database goes silent', () => {
     expect(bobListens.status).toBe('SUBSCRIBED')
 
     via.swallow()
+    // A write with an Idempotency-Key, alone: it goes to a connection that was open when the
+    // database went silent, and its deadline destroys it. It may have taken effect (it did: the
+    // black hole delivers it when it forwards again), so the 503 says so, and because the key makes
+    // sending it again safe, with Retry-After (issue 29: the "outcome unknown" 503 tells the client
+    // to retry with its key).
+    const keyed = { 'idempotency-key': 'silent-database-1' }
+    const keyedBody = { body: 'sent with a key into the black hole' }
+    const lost = await call(base, 'POST', '/v1/todos', alice.api_key, bound, keyedBody, keyed)
+    expect(lost).not.toBe(NO_ANSWER)
+    const lostAnswer = lost as Exclude<typeof lost, typeof NO_ANSWER>
+    expect([lostAnswer.status, lostAnswer.body, lostAnswer.headers.get('retry-after')])
+      .toEqual([503, { error: expect.stringMatching(/may or may not have taken effect\. If you sent an Idempotency-Key, send the request again with the same key/) }, '2'])
     // Reads and a write at once, as clients would send them.
-    const answers = await Promise.all([
-      call(base, 'GET', '/v1/users/me', alice.api_key, bound),
-      call(base, 'GET', '/v1/todos', alice.api_key, bound),
-      call(base, 'POST', '/v1/todos', alice.api_key, bound, { body: 'sent into the black hole' }),
-    ])
-    for (const answer of answers) {
+    const requests = [
+      { retrySafe: true, answer: call(base, 'GET', '/v1/users/me', alice.api_key, bound) },
+      { retrySafe: true, answer: call(base, 'GET', '/v1/todos', alice.api_key, bound) },
+      { retrySafe: false, answer: call(base, 'POST', '/v1/todos', alice.api_key, bound, { body: 'sent into the black hole' }) },
+    ]
+    for (const { retrySafe, answer: pending } of requests) {
+      const answer = await pending
       expect(answer).not.toBe(NO_ANSWER)
       const { status, body, headers } = answer as Exclude<typeof answer, typeof NO_ANSWER>
       expect([status, body]).toEqual([503, { error: expect.any(String) }])
       // Either kind of lost database (functions/lib/errors.ts): surely not applied, with Retry-After;
-      // or sent and unanswered, which may have taken effect.
-      if (!/may or may not have taken effect/.test(body.error)) expect(headers.get('retry-after')).toBe('2')
+      // or sent and unanswered, which may have taken effect: with Retry-After when a retry is safe
+      // (a read), without for a write sent without a key.
+      if (!/may or may not have taken effect/.test(body.error) || retrySafe) expect(headers.get('retry-after')).toBe('2')
+      else expect(headers.get('retry-after')).toBeNull()
     }
     // At least one of them waited on a connection that was open when the database went silent:
     // the deadline destroyed it (the server logs each lost database in one line).
@@ -367,6 +384,18 @@ describe('npm start when its database goes silent', () => {
       const answer = await call(base, 'GET', '/v1/todos', alice.api_key, bound)
       expect(answer !== NO_ANSWER && answer.status).toBe(200)
     }
+    // The keyed write, sent again as its 503 said: one todo, whether the first one ran when the
+    // black hole delivered it (the retry gets its answer) or not (the retry runs it); 409 while
+    // the first still runs.
+    let retried: Awaited<ReturnType<typeof call>> = NO_ANSWER
+    await waitUntil('the keyed write sent again is answered 201', async () => {
+      retried = await call(base, 'POST', '/v1/todos', alice.api_key, bound, keyedBody, keyed)
+      return retried !== NO_ANSWER && retried.status === 201
+    }, 30_000)
+    const todoId = (retried as Exclude<typeof retried, typeof NO_ANSWER>).body.id as string
+    const again = await call(base, 'POST', '/v1/todos', alice.api_key, bound, keyedBody, keyed)
+    expect(again !== NO_ANSWER && [again.status, again.body.id, again.headers.get('idempotent-replayed')]).toEqual([201, todoId, 'true'])
+    expect(await direct`select count(*)::int as n from app.todos where body = ${keyedBody.body}`).toEqual([{ n: 1 }])
     // The Realtime gateway delivers again: a message sent now reaches the subscriber who joined
     // before the database went silent, on the same websocket.
     const sent = await call(base, 'POST', messages, aliceChat, bound, { body: 'after the silence' })

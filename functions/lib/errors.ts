@@ -63,10 +63,14 @@ const SQLSTATE_STATUS: Record<string, [number, string]> = {
  * session itself, rolling back what was under way (it answers a COMMIT before it acts on a
  * shutdown), or postgres.js never sent the statement. Outcome unknown: the connection broke while
  * a statement (perhaps a COMMIT) was under way, so the write may have been committed with only
- * its answer lost; that answer says so, carries no Retry-After, and tells the client to send the
- * request again with its Idempotency-Key (the key commits with the write, so the retry is
- * answered with the first answer if it took effect, and runs once if it did not:
- * functions/lib/idempotency.ts).
+ * its answer lost; that answer says so and tells the client to send the request again with its
+ * Idempotency-Key (the key commits with the write, so the retry is answered with the first answer
+ * if it took effect, and runs once if it did not: functions/lib/idempotency.ts). It carries
+ * Retry-After when sending it again is safe (see describeError's `retrySafe`): a request that
+ * used its Idempotency-Key, or a read. A write without a key gets none: a client that retries
+ * whatever says Retry-After would make a second todo (issue 29: the outcome-unknown 503 "tells
+ * the client to retry with its key"; the cancelled statement, 57014, is surely not applied and
+ * always has it).
  */
 const NOT_APPLIED_SQLSTATE = /^(08001|08004|57P0[123]|53300)$/
 const OUTCOME_UNKNOWN_SQLSTATE = /^08...$/
@@ -138,8 +142,17 @@ export interface ErrorBody {
   headers: Record<string, string>
 }
 
+export interface DescribeOptions {
+  /**
+   * Whether sending the request again is safe whatever became of it: a read (GET, HEAD), or a
+   * write that used its Idempotency-Key (the retry replays the first answer or runs once). An
+   * "outcome unknown" 503 carries Retry-After only then.
+   */
+  retrySafe?: boolean
+}
+
 /** Maps any thrown value to status, body and headers. Unknown errors become a plain 500. */
-export function describeError(err: unknown, upgradeUrl: string): ErrorBody {
+export function describeError(err: unknown, upgradeUrl: string, options: DescribeOptions = {}): ErrorBody {
   const headers: Record<string, string> = {}
   let status = 500
   let body: Record<string, unknown> = { error: 'Something went wrong on our side.' }
@@ -160,7 +173,9 @@ export function describeError(err: unknown, upgradeUrl: string): ErrorBody {
     status = 503
     body = { error: UNAVAILABLE_MESSAGE }
   } else if (lost === 'outcome-unknown') {
-    // 503 without Retry-After (see databaseFailure): whether to send it again is the client's call.
+    // Retry-After only when a retry is safe (see databaseFailure): a write sent without a key
+    // may have taken effect, and whether to send it again is the client's call.
+    if (options.retrySafe) headers['Retry-After'] = String(RETRY_AFTER_UNAVAILABLE_SECONDS)
     return { status: 503, body: { error: OUTCOME_UNKNOWN_MESSAGE }, headers }
   } else if (isPostgresError(err)) {
     const code = err.code ?? ''
@@ -200,6 +215,16 @@ export function isInputError(err: unknown): boolean {
 }
 
 /**
+ * Whether the request may be sent again whatever became of it: a read, or a request whose SQL
+ * call used its Idempotency-Key (callFor marks it: functions/lib/respond.ts). A key the route
+ * did not use (a route outside /v1, a GET) makes nothing safe.
+ */
+function retrySafe(c: Context): boolean {
+  const method = c.req.method
+  return method === 'GET' || method === 'HEAD' || (c.var as { idempotencyKeyUsed?: boolean }).idempotencyKeyUsed === true
+}
+
+/**
  * The Hono error handler: logs what is ours to fix, answers JSON always. `beforeInputError`
  * runs before an input error is shown and may throw what should be answered instead (a
  * credential that does not exist gets its 403, not our validation rules).
@@ -220,7 +245,7 @@ export async function errorResponse(
       err = refusal
     }
   }
-  const { status, body, headers } = describeError(err, upgradeUrl)
+  const { status, body, headers } = describeError(err, upgradeUrl, { retrySafe: retrySafe(c) })
   // An unreachable database is logged in one line, not a stack per request while it restarts.
   if (status >= 500 && isDatabaseUnavailable(err)) console.error(unavailableLogLine(err))
   // An ApiError is an answer we chose (a busy server's 503), not a fault to investigate.
