@@ -46,7 +46,29 @@ export function vendoredPostgres(): Map<string, string> {
     files.set(`src/${name}`, text)
   }
   files.set('types/index.d.ts', readFileSync(join(SOURCE, 'types', 'index.d.ts'), 'utf8'))
+  files.set('README.md', notice(version, (JSON.parse(readFileSync(join(SOURCE, 'package.json'), 'utf8')) as { license: string }).license))
   return files
+}
+
+/** Where the vendored files come from, under which license, and how they are kept. */
+function notice(version: string, license: string): string {
+  return `# postgres.js ${version}, vendored for the Edge Function
+
+Written by \`npm run vendor:postgres\` (\`local/vendor-postgres.ts\`) from \`node_modules/postgres\`,
+which \`npm install\` patched with \`patches/postgres+${version}.patch\` (patch-package). Do not edit:
+change the patch and run the script again (\`test/driver-deno.test.ts\` fails while these files
+differ from what it writes).
+
+- **Source:** https://github.com/porsager/postgres, the npm package \`postgres@${version}\`: its
+  \`src/*.js\` and \`types/index.d.ts\`, with Node's built-ins imported as \`node:…\` and the Node
+  globals each file uses imported (Deno gives them to npm packages only).
+- **License:** ${license} (the package's \`license\`): postgres.js is dedicated to the public domain,
+  so no notice is required; this one says where the files come from.
+- **Why a copy:** Deno has no install step, so \`npm:postgres@${version}\` in the function's import
+  map was the release without our patch (porsager/postgres#1181, pull request #1190; #1154 and
+  #1208, pull request #1209). When a release carries the fixes, drop the patch and this directory,
+  and map \`postgres\` to \`npm:postgres@<that release>\` again.
+`
 }
 
 /** The files under VENDORED_POSTGRES now, by their path under it. */
