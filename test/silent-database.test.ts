@@ -4,7 +4,8 @@
 // - Through createSql: a statement left unanswered fails at its deadline (the statement timeout
 //   plus a margin) with DATABASE_SILENT, its connection is destroyed and a new one takes its
 //   place; a statement pipelined behind one that was answered is watched from when its turn
-//   came; a slow statement, an idle transaction and a LISTEN connection are not silence; a
+//   came; a slow statement, statements that run into their statement timeout (they keep their
+//   connection), an idle transaction and a LISTEN connection are not silence; a
 //   session that raised its own statement timeout is not cut; a transaction cut at its deadline
 //   fails without taking the process down (porsager/postgres#1208, patched); the pool's sockets
 //   have TCP keepalive.
@@ -157,6 +158,24 @@ describe('a statement the database leaves unanswered (createSql)', () => {
     await sleep(2_000)
     await quick.notify('silent_database_test', 'still here')
     await waitUntil('the notification', () => heard.includes('still here'), 10_000)
+  })
+
+  it('statements that run into their statement timeout are PostgreSQL\'s answer, not silence: they keep their connection, and one sent behind them is answered on it', async () => {
+    // A member whose every request times out costs no connection, and what waits behind such a
+    // statement on its connection (a worker's pipelined statement) is not failed with it.
+    const via = await proxy()
+    const sql = pool(via, { max: 1, statementTimeoutMs: 300, deadlineMarginMs: 300 })
+    const [first] = await sql<{ pid: number }[]>`select pg_backend_pid() as pid`
+    for (let i = 0; i < 5; i++) {
+      const err = await sql`select pg_sleep(10)`.then(() => null, (e: { code?: string }) => e)
+      expect(err?.code).toBe('57014')
+    }
+    const timingOut = sql`select pg_sleep(10)`.execute().then(() => null, (e: { code?: string }) => e)
+    const behind = sql<{ pid: number; eleven: number }[]>`select pg_backend_pid() as pid, 11 as eleven`.execute()
+    expect((await timingOut)?.code).toBe('57014')
+    expect([...(await behind)]).toEqual([{ pid: first!.pid, eleven: 11 }])
+    // One connection all along: none was destroyed.
+    expect(via.stats().accepted).toBe(1)
   })
 
   it('a session that raised its own statement timeout is not cut at the deadline: SET LOCAL in a transaction, SET in a simple query, set_config', async () => {
