@@ -30,6 +30,23 @@ function nodeGlobals(text: string): string {
   return lines.map((line) => `${line}\n`).join('')
 }
 
+/**
+ * postgres.js's type definitions as an ES module's. They end in `export = postgres` (CommonJS),
+ * which Deno honours for an npm package but not for a local file, whose default import then has
+ * no type (TS1192, `deno run --check`): the default export, and each member of the namespace as a
+ * named export (`import type { Sql } from 'postgres'`), instead.
+ */
+function asEsModuleTypes(text: string): string {
+  const body = /^declare namespace postgres \{\n([\s\S]*?)^\}/m.exec(text)?.[1]
+  if (!body || !/^export = postgres;$/m.test(text)) throw new Error('node_modules/postgres/types/index.d.ts: no `declare namespace postgres` or `export = postgres` where expected')
+  const names = [...new Set([...body.matchAll(/^ {2}(?:export )?(?:interface|type|class|function|const|let|var|enum|namespace) ([A-Za-z_$][\w$]*)/gm)].map((m) => m[1]!))].sort()
+  return text.replace(/^export = postgres;$/m, [
+    '// Written by npm run vendor:postgres in place of `export = postgres`: Deno reads a local file as an ES module.',
+    'export default postgres;',
+    ...names.map((name) => `export import ${name} = postgres.${name};`),
+  ].join('\n'))
+}
+
 /** The vendored files, by their path under VENDORED_POSTGRES, as they must read. */
 export function vendoredPostgres(): Map<string, string> {
   const version = (JSON.parse(readFileSync(join(SOURCE, 'package.json'), 'utf8')) as { version: string }).version
@@ -45,7 +62,7 @@ export function vendoredPostgres(): Map<string, string> {
     }
     files.set(`src/${name}`, text)
   }
-  files.set('types/index.d.ts', readFileSync(join(SOURCE, 'types', 'index.d.ts'), 'utf8'))
+  files.set('types/index.d.ts', asEsModuleTypes(readFileSync(join(SOURCE, 'types', 'index.d.ts'), 'utf8')))
   files.set('README.md', notice(version, (JSON.parse(readFileSync(join(SOURCE, 'package.json'), 'utf8')) as { license: string }).license))
   return files
 }
@@ -61,7 +78,8 @@ differ from what it writes).
 
 - **Source:** https://github.com/porsager/postgres, the npm package \`postgres@${version}\`: its
   \`src/*.js\` and \`types/index.d.ts\`, with Node's built-ins imported as \`node:…\` and the Node
-  globals each file uses imported (Deno gives them to npm packages only).
+  globals each file uses imported (Deno gives them to npm packages only), and the types' \`export =\`
+  written as an ES module's exports (Deno type-checks a local file as an ES module).
 - **License:** ${license} (the package's \`license\`): postgres.js is dedicated to the public domain,
   so no notice is required; this one says where the files come from.
 - **Why a copy:** Deno has no install step, so \`npm:postgres@${version}\` in the function's import
