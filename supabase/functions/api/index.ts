@@ -1,7 +1,7 @@
 // The Supabase Edge Function: the same Hono app as local/start.ts, served by Deno under
 // /functions/v1/api (the platform hands the function paths that start with /api).
 import { createApp } from '../../../functions/app.ts'
-import { createSql, statementTimeoutFrom } from '../../../functions/lib/sql.ts'
+import { createSql, deadlineMarginFrom, statementTimeoutFrom } from '../../../functions/lib/sql.ts'
 import { supabaseStorage } from '../../../functions/lib/supabase-storage.ts'
 import { denoWebhookSender } from './webhook-sender.ts'
 import { apnsConfigFrom } from '../../../functions/lib/push.ts'
@@ -45,7 +45,11 @@ const websiteOrigins = (env('WEBSITE_ORIGINS') ?? '').split(',').map((origin) =>
 const prepare = new URL(databaseUrl).port !== '6543'
 // Every request's statement runs under STATEMENT_TIMEOUT_MS (default 5 s), sent as a startup
 // parameter: use the direct connection or the session pooler (docs/security.md, "Timeouts").
-const sql = createSql(databaseUrl, { max: 5, prepare, statementTimeoutMs: statementTimeoutFrom(env('STATEMENT_TIMEOUT_MS')) })
+// A statement left unanswered STATEMENT_DEADLINE_MARGIN_MS (default 2 s) past it destroys its
+// connection: a database that went silent is answered 503, not waited on (docs/reliability.md).
+const sql = createSql(databaseUrl, {
+  max: 5, prepare, statementTimeoutMs: statementTimeoutFrom(env('STATEMENT_TIMEOUT_MS')), deadlineMarginMs: deadlineMarginFrom(env('STATEMENT_DEADLINE_MARGIN_MS')),
+})
 
 // Uploads go to Supabase Storage (the private bucket `uploads`), signed with the service role.
 const storage = supabaseStorage({
