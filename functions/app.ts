@@ -43,7 +43,10 @@ export const API_VERSION = '1.4.0'
 export const MAX_BODY_BYTES = 1024 * 1024
 
 export interface AppOptions {
-  /** Prefix the platform puts before /v1: `/api` for the Supabase Edge Function. */
+  /**
+   * Prefix the platform puts before /v1: `/api` for the Supabase Edge Function. For routing only:
+   * links and the OpenAPI `servers` come from PUBLIC_URL (functions/lib/links.ts).
+   */
   basePath?: string
 }
 
@@ -132,7 +135,9 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
         + 'Safe retries: send an `Idempotency-Key` with a POST, PATCH or DELETE, and a retry with the same key within 24 hours gets the first answer '
         + '(`Idempotent-Replayed: true`) instead of running again.',
     },
-    servers: [{ url: deps.publicUrl + basePath }],
+    // PUBLIC_URL as it is: the address clients call (on Supabase …/functions/v1/api), whatever
+    // prefix the runtime hands the app (basePath, /api there).
+    servers: [{ url: deps.publicUrl }],
   }
   app.get('/v1/openapi.json', (c) => c.json(documentIdempotencyKeys(app.getOpenAPI31Document(documentConfig))))
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', {
@@ -173,7 +178,7 @@ export function createApp(deps: AppDeps, options: AppOptions = {}) {
     return c.json(await runExports(deps.sql, deps.storage, { publicUrl: deps.publicUrl, budgetMs: deps.exportBudgetMs ?? 60_000 }), 200)
   })
 
-  app.route('/', docs(basePath))
+  app.route('/', docs(deps.publicUrl))
   app.route('/', images)
   app.route('/', web)
   // The push worker, for pg_cron + pg_net on Supabase every few seconds (npm start runs it on a

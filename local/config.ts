@@ -2,7 +2,7 @@
 import { readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { availableParallelism } from 'node:os'
 import { join, resolve } from 'node:path'
-import { statementTimeoutFrom } from '../functions/lib/sql.ts'
+import { deadlineMarginFrom, statementTimeoutFrom } from '../functions/lib/sql.ts'
 import { type ApnsConfig, apnsConfigFrom } from '../functions/lib/push.ts'
 import { generateVapidKeys, type VapidKeys } from './push-sender.ts'
 import { loadSecrets, loadVapidKeys } from './secrets.ts'
@@ -22,6 +22,12 @@ export interface Config {
   upgradeUrl: string
   /** statement_timeout of the API's connections (STATEMENT_TIMEOUT_MS, default 5 s; 0: none). */
   statementTimeoutMs: number
+  /**
+   * How long past the statement timeout a statement may go unanswered before its connection is
+   * destroyed as silent (STATEMENT_DEADLINE_MARGIN_MS, default 2 s): the API's, the workers' and
+   * the Realtime gateway's connections.
+   */
+  deadlineMarginMs: number
   /** WEBHOOK_ALLOW_PRIVATE=1: webhooks may target http and loopback/private addresses (tests, local use). */
   webhookAllowPrivate: boolean
   /** APNS_KEY_ID, APNS_TEAM_ID, APNS_PRIVATE_KEY, APNS_TOPIC (and APNS_URL); null: APNs pushes are not sent. */
@@ -55,6 +61,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): Config {
     postgresPassword: secrets.postgresPassword,
     upgradeUrl: env.UPGRADE_URL || `${publicUrl}/upgrade`,
     statementTimeoutMs: statementTimeoutFrom(env.STATEMENT_TIMEOUT_MS),
+    deadlineMarginMs: deadlineMarginFrom(env.STATEMENT_DEADLINE_MARGIN_MS),
     webhookAllowPrivate: webhookAllowPrivateFrom(env.WEBHOOK_ALLOW_PRIVATE),
     apns: apnsConfigFrom((name) => env[name]),
     vapid: vapidFrom(env, dataDir),

@@ -10,7 +10,8 @@ import { nodePushTransport } from './push-sender.ts'
 
 const config = readConfig()
 const database = await openDatabase(config)
-const sql = createSql(database.url, { max: 3 })
+// The deadline npm start gives its workers (STATEMENT_TIMEOUT_MS plus STATEMENT_DEADLINE_MARGIN_MS).
+const sql = createSql(database.url, { max: 3, statementTimeoutMs: config.statementTimeoutMs, deadlineMarginMs: config.deadlineMarginMs })
 const transport = nodePushTransport({ vapid: config.vapid, allowPrivate: config.webhookAllowPrivate })
 console.log('push worker started')
 

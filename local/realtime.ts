@@ -10,6 +10,9 @@
 //   public ones). Client broadcasts go straight to the other sockets on the topic.
 // - The listener is checked by a ping through NOTIFY; when it stops hearing, it is rebuilt and
 //   the rows committed meanwhile are caught up from the table (each row is delivered once).
+// - A database that goes silent: every connection has TCP keepalive and every statement the
+//   API's deadline (functions/lib/sql.ts); the ping and the listener's start have bounds of
+//   their own, and a ping without an answer is logged (docs/reliability.md, section 4).
 // - Partitions are kept as the Realtime server keeps them: yesterday … today+3 ensured at start
 //   and hourly, partitions older than 72 hours dropped.
 // - Unlike Supabase, which checks only a token's expiry, the channels of our access tokens are
@@ -31,7 +34,9 @@ import type { IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
 import postgres, { type Sql } from 'postgres'
 import { WebSocket, WebSocketServer, type RawData } from 'ws'
-import { CONNECT_TIMEOUT_SECONDS, reconnectBackoffSeconds } from '../functions/lib/sql.ts'
+import {
+  CONNECT_TIMEOUT_SECONDS, DATABASE_SILENT, DEFAULT_STATEMENT_TIMEOUT_MS, reconnectBackoffSeconds, silentDatabaseOptions, statementDeadlineMs,
+} from '../functions/lib/sql.ts'
 import { ACCESS_TOKEN_ROLE } from '../functions/lib/tokens.ts'
 import { canRead, canWrite, honouredTokenIds, secondsLeft, verifyRealtimeToken, type Claims, type Permission, type TokenCheck } from './realtime/authorize.ts'
 import {
@@ -55,6 +60,13 @@ export interface RealtimeGatewayOptions {
   maintenanceIntervalMs?: number
   /** How often the listener proves it still hears NOTIFY. Default 10 s. */
   healthCheckIntervalMs?: number
+  /** statement_timeout of its connections (the API's STATEMENT_TIMEOUT_MS). Default 5 s; 0: none. */
+  statementTimeoutMs?: number
+  /**
+   * How long past the statement timeout a statement may go unanswered before its connection is
+   * destroyed as silent (STATEMENT_DEADLINE_MARGIN_MS, functions/lib/sql.ts). Default 2 s.
+   */
+  deadlineMarginMs?: number
   /**
    * How often the channels of our access tokens are checked against revocation (a revoked
    * token's channels close within this). Default 5 s. Supabase itself only checks expiry.
@@ -236,6 +248,16 @@ function refuseUpgrade(socket: Duplex, error: string, retryAfterSeconds: number)
   )
 }
 
+/** `promise`, or a DATABASE_SILENT error once `ms` have passed without it settling. */
+function withDeadline<T>(promise: PromiseLike<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(Object.assign(new Error(`${what}: no answer from the database within ${ms} ms`), { code: DATABASE_SILENT })), ms)
+    timer.unref()
+  })
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer))
+}
+
 export async function startRealtimeGateway(options: RealtimeGatewayOptions): Promise<RealtimeGateway> {
   const log = options.log ?? ((message: string, error?: unknown) => console.error(message, error ?? ''))
   const idleTimeoutMs = options.idleTimeoutMs ?? 60_000
@@ -245,10 +267,21 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
   const applicationName = options.applicationName ?? 'realtime-gateway'
   const limits: RealtimeLimits = { ...DEFAULT_REALTIME_LIMITS, ...options.limits }
   const clock = options.clock ?? (() => performance.now())
-  const connectionOptions = { TimeZone: 'UTC', application_name: applicationName }
+  const statementTimeoutMs = options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS
+  const deadlineMs = statementDeadlineMs(statementTimeoutMs, options.deadlineMarginMs)
+  const connectionOptions = {
+    TimeZone: 'UTC', application_name: applicationName, ...(statementTimeoutMs ? { statement_timeout: statementTimeoutMs } : {}),
+  }
   // The API's reconnect pacing (functions/lib/sql.ts): while the database restarts, a join is
-  // refused within a second rather than after postgres.js's backoff of up to 20 s.
-  const reconnecting = { connect_timeout: CONNECT_TIMEOUT_SECONDS, backoff: reconnectBackoffSeconds }
+  // refused within a second rather than after postgres.js's backoff of up to 20 s. And the API's
+  // answer to a database that goes silent: keepalive, and a deadline on every statement (the
+  // statement timeout plus a margin) past which its connection is destroyed.
+  const reconnecting = { connect_timeout: CONNECT_TIMEOUT_SECONDS, backoff: reconnectBackoffSeconds, ...silentDatabaseOptions(deadlineMs) }
+  // The health ping's statement and the listener's start are bounded on their own as well (a
+  // connection that asked for TLS is not watched by its socket: functions/lib/sql.ts): the
+  // statement's deadline, or the connect timeout and then that deadline, and a second more.
+  const pingDeadlineMs = (deadlineMs ?? DEFAULT_STATEMENT_TIMEOUT_MS) + 1_000
+  const listenDeadlineMs = CONNECT_TIMEOUT_SECONDS * 1000 + pingDeadlineMs
   const sql = postgres(options.databaseUrl, { max: options.poolSize ?? 4, connection: connectionOptions, onnotice: () => {}, ...reconnecting })
   const sweeper = postgres(options.databaseUrl, {
     max: 1,
@@ -957,7 +990,7 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
     listener = instance
     let first = true
     try {
-      await instance.listen(
+      await withDeadline(instance.listen(
         NOTIFY_CHANNEL,
         (payload) => {
           if (mine === generation) onNotify(payload)
@@ -967,7 +1000,7 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
           if (first) first = false
           else if (mine === generation && !stopping) catchUp().catch((err) => log('realtime: catch-up failed', err))
         },
-      )
+      ), listenDeadlineMs, 'LISTEN')
     } catch (err) {
       if (listener === instance) listener = null
       await instance.end({ timeout: 0 }).catch(() => {})
@@ -1000,9 +1033,13 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
         setTimeout(() => resolve(false), pingTimeoutMs).unref()
       })
       try {
-        await sql`select pg_notify(${NOTIFY_CHANNEL}, json_build_object('ping', ${nonce}::text, 'at', localtimestamp)::text)`
-      } catch {
-        return // the database is unreachable: try again next time
+        await withDeadline(sql`select pg_notify(${NOTIFY_CHANNEL}, json_build_object('ping', ${nonce}::text, 'at', localtimestamp)::text)`, pingDeadlineMs, 'the health ping')
+      } catch (err) {
+        // The database is unreachable, or silent (its connection was destroyed at the deadline):
+        // said once per ping, and tried again at the next.
+        const { code, message } = err as { code?: string; message?: string }
+        if (!stopping) log(`realtime: health ping got no answer from the database (${code ?? 'error'}: ${message ?? String(err)}); trying again in ${healthCheckIntervalMs} ms`)
+        return
       }
       if (await heard) {
         for (const [id, ms] of seen) if (ms < aliveAt - 2 * CATCH_UP_WINDOW_MS) seen.delete(id)

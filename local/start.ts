@@ -9,6 +9,7 @@ import { openDatabase } from './database.ts'
 import { migrate } from './migrate.ts'
 import { startRealtimeGateway } from './realtime.ts'
 import { localStorage, runStorageMaintenance } from './storage.ts'
+import { storageApi } from './storage-api.ts'
 import { LOCAL_WEBHOOK_DRAIN, runWebhookWorker } from './webhook-runner.ts'
 import { runExportWorker } from './export-runner.ts'
 import { nodeWebhookSender } from './webhook-sender.ts'
@@ -18,8 +19,16 @@ import { nodePushTransport } from './push-sender.ts'
 
 const config = readConfig()
 const database = await openDatabase(config)
-const sql = createSql(database.url, { max: databasePoolSize(), statementTimeoutMs: config.statementTimeoutMs })
-const applied = await migrate(sql)
+// Every pool's statements have the same deadline: STATEMENT_TIMEOUT_MS plus STATEMENT_DEADLINE_MARGIN_MS,
+// past which a connection the database stopped answering on is destroyed (functions/lib/sql.ts).
+// The workers' too, as on the edge, where they share the API's pool: a worker waiting on a silent
+// database fails its pass and tries again at the next, instead of hanging for good.
+const limits = { statementTimeoutMs: config.statementTimeoutMs, deadlineMarginMs: config.deadlineMarginMs }
+const sql = createSql(database.url, { max: databasePoolSize(), ...limits })
+// Migrations on a connection of their own, without a statement timeout and so without a deadline:
+// one may rightly run for minutes, or wait for another server's migrations (an advisory lock).
+const migrator = createSql(database.url, { max: 1 })
+const applied = await migrate(migrator).finally(() => migrator.end({ timeout: 5 }))
 if (applied.length > 0) console.log(`Applied ${applied.length} migration(s): ${applied.join(', ')}`)
 
 const storageDir = join(config.dataDir, 'storage')
@@ -31,12 +40,15 @@ const app = createApp({
   webUrl: config.webUrl, brotli: nodeBrotli, docsScript: nodeDocsScript, accessLog: (line) => console.log(line),
 })
 app.route('/', storage.routes)
+// Supabase Storage's REST API over the same files (local/storage-api.ts): what the edge function
+// talks to under `npm run start:edge`, served here too so both entries find it at their host.
+app.route('/', storageApi({ dir: storageDir, jwtSecret: config.jwtSecret, sql }).routes)
 
 // Background work that pg_cron and Supabase Queues do in production: every minute, and once
 // right after start, so that the files a stopped (or killed) server left queued go at once.
 // On a connection of its own: the API's pool is the fair queue's to share out (functions/lib/admission.ts),
 // and a pass over many queued files must not hold a connection the queue counts as free.
-const maintenanceSql = createSql(database.url, { max: 1 })
+const maintenanceSql = createSql(database.url, { max: 1, ...limits })
 const runMaintenance = () => {
   runStorageMaintenance(maintenanceSql, storage).catch((err) => console.error('storage maintenance failed:', (err as Error).message))
 }
@@ -47,20 +59,20 @@ setTimeout(runMaintenance, 1_000).unref()
 // of its own: its claims and records must not wait for the API's connections, nor take them.
 // 20 deliveries in flight at most, 5 of one member's and 8 to one host (docs/security.md,
 // "Webhook fairness").
-const webhookSql = createSql(database.url, { max: 2 })
+const webhookSql = createSql(database.url, { max: 2, ...limits })
 const webhookSender = nodeWebhookSender({ allowPrivate: config.webhookAllowPrivate })
 const webhookWorker = runWebhookWorker(webhookSql, webhookSender, { drain: LOCAL_WEBHOOK_DRAIN })
 // The export worker (every 5 seconds, and right after each POST /v1/exports), on a connection of
 // its own: an archive of a large account takes a while, which must not hold the API's connections.
-const exportSql = createSql(database.url, { max: 1 })
+const exportSql = createSql(database.url, { max: 1, ...limits })
 // A pass has 60 s, as on Supabase: then it parks its export at the back of the queue and the next
 // pass (at once) takes the export that waited longest, so exports take turns (issue 28).
 const exportWorker = runExportWorker(exportSql, storage, { publicUrl: config.publicUrl, budgetMs: 60_000 })
 // The push worker (APNs and Web Push), every second, on connections of its own.
-const pushSql = createSql(database.url, { max: 2 })
+const pushSql = createSql(database.url, { max: 2, ...limits })
 const pushTransport = nodePushTransport({ vapid: config.vapid, allowPrivate: config.webhookAllowPrivate })
 const pushWorker = runPushWorker(pushSql, pushTransport, config.apns)
-const realtime = await startRealtimeGateway({ databaseUrl: database.url, jwtSecret: config.jwtSecret, privateOnly: true })
+const realtime = await startRealtimeGateway({ databaseUrl: database.url, jwtSecret: config.jwtSecret, privateOnly: true, ...limits })
 let stopping = false
 // Once stopping, a request on a kept-alive connection is refused (503) instead of started.
 const refuse = () => new Response(JSON.stringify({ error: 'The server is shutting down; try again shortly.' }), {

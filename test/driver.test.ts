@@ -5,9 +5,18 @@
 // taken effect" to a request that had run and committed. patches/postgres+3.4.9.patch resets
 // the counter on ErrorResponse (upstream pull request #1190); these tests go through createSql,
 // as every request does, and fail without the patch.
+//
+// postgres.js issues #1154 and #1208, open upstream: a transaction whose connection closed while
+// a statement ran (the server ended the session, a restart, a network cut; or our deadline for a
+// silent database, functions/lib/sql.ts) made postgres.js send its ROLLBACK to the socket it had
+// just let go: `TypeError: Cannot read properties of null (reading 'write')` thrown from a
+// setImmediate, which no caller can catch and which ends the process. And sql.reserve()'s
+// release then handed the dead connection to the pool as open. The same patch fails such a
+// statement with CONNECTION_CLOSED instead, and leaves the connection closed in the pool.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createSql } from '../functions/lib/sql.ts'
+import { createSql, transaction } from '../functions/lib/sql.ts'
 import { type TestWorld, startWorld } from './support/app.ts'
+import { startBlackHoleProxy } from './support/black-hole.ts'
 
 let world: TestWorld
 beforeAll(async () => {
@@ -46,3 +55,71 @@ describe('a statement that fails while its rows stream leaves the next one on it
     }
   })
 })
+
+/** Every exception nobody caught while it listens (vitest reports them too, after the fact). */
+function catchUncaught() {
+  const seen: unknown[] = []
+  const listener = (err: unknown) => seen.push(err)
+  process.on('uncaughtException', listener)
+  return { seen, stop: () => process.off('uncaughtException', listener) }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** What `promise` settled with, or 'no answer' after `ms`. */
+function within<T>(promise: Promise<T>, ms: number): Promise<T | 'no answer'> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<'no answer'>((resolve) => (timer = setTimeout(() => resolve('no answer'), ms)))
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer))
+}
+
+describe('a transaction whose connection the server closes under a statement', () => {
+  it.each(['sql.begin', 'transaction() (sql.reserve)'] as const)(
+    '%s: fails with CONNECTION_CLOSED, nothing is thrown outside it, and the pool serves the next statement on a new connection',
+    async (kind) => {
+      const server = new URL(world.databaseUrl)
+      const via = await startBlackHoleProxy({ host: server.hostname, port: Number(server.port) })
+      // One connection: the statement after the failure can only be served by a new one.
+      const sql = createSql(via.via(world.databaseUrl), { max: 1 })
+      const uncaught = catchUncaught()
+      try {
+        const pid = (await sql<{ pid: number }[]>`select pg_backend_pid() as pid`)[0]!.pid
+        const outcome = (kind === 'sql.begin'
+          ? sql.begin(async (tx) => {
+            await tx`select 1`
+            await tx`select pg_sleep(20)`
+          })
+          : transaction(sql, async (tx) => {
+            await tx`select 1`
+            await tx`select pg_sleep(20)`
+          })
+        ).then(() => 'committed', (err: { code?: string }) => err.code ?? String(err))
+        // The sleep is sent and running on the server when the session ends.
+        await waitFor(async () => (await world.sql`select 1 from pg_stat_activity where pid = ${pid} and query like '%pg_sleep(20)%' and state = 'active'`).length === 1)
+        via.cut()
+        expect(await within(outcome, 10_000)).toBe('CONNECTION_CLOSED')
+        // postgres.js's own ROLLBACK after the failure went out in a later turn of the event loop.
+        await sleep(200)
+        expect(uncaught.seen).toEqual([])
+        const next = await within(sql`select pg_backend_pid() as pid, 7 as seven`, 10_000)
+        expect(next).not.toBe('no answer')
+        const [row] = next as unknown as [{ pid: number; seven: number }]
+        expect(row.seven).toBe(7)
+        expect(row.pid).not.toBe(pid)
+        expect(uncaught.seen).toEqual([])
+      } finally {
+        uncaught.stop()
+        await sql.end({ timeout: 1 })
+        await via.close()
+      }
+    },
+  )
+})
+
+async function waitFor(condition: () => Promise<boolean>, timeoutMs = 10_000) {
+  const deadline = Date.now() + timeoutMs
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`not within ${timeoutMs} ms`)
+    await sleep(50)
+  }
+}

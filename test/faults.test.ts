@@ -3,8 +3,8 @@
 //   every todo, comment and deletion it answered is in the database with its webhook delivery,
 //   its push and its file deletion queued, and a restarted server delivers and deletes them all;
 // - a PostgreSQL of its own, stopped and started again under load: while it is down every request
-//   is answered at once with 503 {error} (Retry-After when it surely did not happen; never a 500,
-//   never a hang), and once it is back the same server answers again, without a restart; its
+//   is answered at once with 503 {error} (Retry-After when it surely did not happen, or when a
+//   retry is safe: a read, a write with its Idempotency-Key; never a 500, never a hang), and once it is back the same server answers again, without a restart; its
 //   workers deliver again and the Realtime gateway hears the database again (a chat message
 //   reaches a supabase-js subscriber);
 // - and, without timing, how each way of losing the database is answered (functions/lib/errors.ts).
@@ -68,11 +68,11 @@ interface Answer {
 }
 
 /** One request; null when no answer came (the connection refused or cut: the server is gone). */
-async function call(base: string, method: string, path: string, auth: string, json?: unknown): Promise<Answer | null> {
+async function call(base: string, method: string, path: string, auth: string, json?: unknown, extraHeaders: Record<string, string> = {}): Promise<Answer | null> {
   try {
     const response = await fetch(base + path, {
       method,
-      headers: { authorization: `Bearer ${auth}`, ...(json === undefined ? {} : { 'content-type': 'application/json' }) },
+      headers: { authorization: `Bearer ${auth}`, ...(json === undefined ? {} : { 'content-type': 'application/json' }), ...extraHeaders },
       body: json === undefined ? undefined : JSON.stringify(json),
     })
     const text = await response.text()
@@ -276,6 +276,8 @@ describe('kill -9 of npm start under write load', () => {
 interface Timed extends Answer {
   startedAt: number
   ms: number
+  /** Whether sending the request again is safe whatever became of it: a GET, or a POST with its Idempotency-Key. */
+  retrySafe: boolean
 }
 
 /**
@@ -289,10 +291,12 @@ function mixedLoad(base: string, apiKey: string, loops: number) {
   const running = Array.from({ length: loops }, async (_, loop) => {
     while (!stopped) {
       const startedAt = Date.now()
+      // Reads, and writes with and without an Idempotency-Key (a key of its own each).
+      const keyed = loop % 4 === 2
       const answer = loop % 2 === 0
-        ? await call(base, 'POST', '/v1/todos', apiKey, { body: `under restart ${++sequence}` })
+        ? await call(base, 'POST', '/v1/todos', apiKey, { body: `under restart ${++sequence}` }, keyed ? { 'idempotency-key': `restart-${sequence}` } : {})
         : await call(base, 'GET', '/v1/todos?per_page=5', apiKey)
-      answers.push({ ...(answer ?? { status: 0, body: null, headers: new Headers() }), startedAt, ms: Date.now() - startedAt })
+      answers.push({ ...(answer ?? { status: 0, body: null, headers: new Headers() }), startedAt, ms: Date.now() - startedAt, retrySafe: loop % 2 === 1 || keyed })
       // A refused request comes back at once: a short pause keeps the loop from spinning.
       if (!answer || answer.status >= 500) await new Promise((r) => setTimeout(r, 20))
     }
@@ -378,8 +382,9 @@ describe('PostgreSQL restarted under load', () => {
     for (const a of unavailable) {
       expect(a.body).toEqual({ error: expect.any(String) })
       // Worth retrying (Retry-After) when nothing happened; a request whose connection broke while
-      // it ran may have taken effect, and says so without inviting a retry (functions/lib/errors.ts).
-      if (/may or may not have taken effect/.test(a.body.error)) expect(a.headers.get('retry-after')).toBeNull()
+      // it ran may have taken effect, and says so, with Retry-After only when sending it again is
+      // safe: a read, or a write with its Idempotency-Key (functions/lib/errors.ts).
+      if (/may or may not have taken effect/.test(a.body.error)) expect(a.headers.get('retry-after')).toBe(a.retrySafe ? '2' : null)
       else expect([a.body.error, Number(a.headers.get('retry-after'))]).toEqual(['The database is unavailable right now; try again shortly.', 2])
     }
     // At once: a refused connection fails the request without waiting; no request waits past the
@@ -419,16 +424,30 @@ describe('how a lost database is answered (functions/lib/errors.ts)', () => {
   // The kinds the restart above meets depend on timing; each code is pinned here.
   const postgresError = (code: string) => Object.assign(new Error(`sqlstate ${code}`), { name: 'PostgresError', code })
   const socketError = (code: string) => Object.assign(new Error(`socket ${code}`), { code })
-  it('not applied: 503 with Retry-After; outcome unknown: 503 that says so, without Retry-After', () => {
+  it('not applied: 503 with Retry-After; outcome unknown: 503 that says so, with Retry-After only when a retry is safe (a read, or a write with its Idempotency-Key)', () => {
     for (const err of [socketError('ECONNREFUSED'), socketError('CONNECT_TIMEOUT'), socketError('CONNECTION_ENDED'),
       postgresError('57P01'), postgresError('57P03'), postgresError('53300'), postgresError('08001')]) {
-      const { status, body, headers } = describeError(err, 'https://todo.test/upgrade')
-      expect([err.message, status, body, headers]).toEqual([err.message, 503, { error: 'The database is unavailable right now; try again shortly.' }, { 'Retry-After': '2' }])
+      for (const retrySafe of [false, true]) {
+        const { status, body, headers } = describeError(err, 'https://todo.test/upgrade', { retrySafe })
+        expect([err.message, status, body, headers]).toEqual([err.message, 503, { error: 'The database is unavailable right now; try again shortly.' }, { 'Retry-After': '2' }])
+      }
     }
-    for (const err of [socketError('ECONNRESET'), socketError('EPIPE'), socketError('CONNECTION_CLOSED'), socketError('CONNECTION_DESTROYED'), socketError('NO_RESULT_ROW'), postgresError('08006')]) {
-      const { status, body, headers } = describeError(err, 'https://todo.test/upgrade')
-      expect([err.message, status, headers]).toEqual([err.message, 503, {}])
-      expect(body.error).toMatch(/may or may not have taken effect/)
+    for (const err of [socketError('ECONNRESET'), socketError('EPIPE'), socketError('CONNECTION_CLOSED'), socketError('CONNECTION_DESTROYED'), socketError('NO_RESULT_ROW'),
+      socketError('DATABASE_SILENT'), postgresError('08006')]) {
+      // A write without a key: it may have taken effect, and a client that retries on Retry-After
+      // would make it twice.
+      const blind = describeError(err, 'https://todo.test/upgrade')
+      expect([err.message, blind.status, blind.headers]).toEqual([err.message, 503, {}])
+      expect(blind.body.error).toMatch(/may or may not have taken effect\. If you sent an Idempotency-Key, send the request again with the same key/)
+      // A read, or a write with its key (issue 29: the 503 "tells the client to retry with its key").
+      const safe = describeError(err, 'https://todo.test/upgrade', { retrySafe: true })
+      expect([err.message, safe.status, safe.body, safe.headers]).toEqual([err.message, 503, blind.body, { 'Retry-After': '2' }])
+    }
+    // A statement cancelled (its statement timeout, or a cancel) is surely not applied: PostgreSQL
+    // rolled it back. 503 with Retry-After, whatever the request (issue 29, item 2).
+    for (const retrySafe of [false, true]) {
+      const cancelled = describeError(postgresError('57014'), 'https://todo.test/upgrade', { retrySafe })
+      expect([cancelled.status, cancelled.body, cancelled.headers]).toEqual([503, { error: 'The request took too long; try again.' }, { 'Retry-After': '2' }])
     }
     // A code of another kind is not a lost database: a plain 500, logged as ours to fix.
     expect(describeError(socketError('ENOENT'), '').status).toBe(500)

@@ -106,6 +106,18 @@ describe('functions, in every schema we own', () => {
     expect(rows.map((r) => r.fn)).toEqual([])
   })
 
+  it('no function in a schema we own sets or names statement_timeout (the statements after it would outlast the deadline that watches them)', async () => {
+    // The deadline of a silent database (functions/lib/sql.ts, WatchedSocket) assumes the pool's
+    // statement timeout unless a statement our code sends names the setting; a function that
+    // raised it (set_config, SET, or a SET clause of its own) would do so where the watch cannot see.
+    const rows = await world.sql<{ fn: string }[]>`
+      select p.oid::regprocedure::text as fn from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+      where n.nspname = any (${OWNED_SCHEMAS})
+        and (position('statement_timeout' in lower(p.prosrc)) > 0
+             or position('statement_timeout' in lower(coalesce(array_to_string(p.proconfig, ' '), ''))) > 0)`
+    expect(rows.map((r) => r.fn)).toEqual([])
+  })
+
   it('every foreign key of a table in a schema we own says what happens on delete and is indexed (public included)', async () => {
     const fks = await world.sql<{ name: string; ondelete: string; indexed: boolean }[]>`
       select format('%I.%I', n.nspname, c.conname) as name, c.confdeltype as ondelete,

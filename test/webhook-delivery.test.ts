@@ -480,6 +480,32 @@ describe('at least once, never twice at once', () => {
     expect(overlaps).toBe(0)
     await unsubscribe(alice, sub.id)
   })
+
+  it('a claim whose transaction began before another claim took the lock still takes what is due', async () => {
+    await subscribe(alice, '/race')
+    for (let i = 0; i < 3; i++) await postTodo(alice, `race ${i}`)
+    // Claims take turns (an advisory lock). When two workers start together, the one whose
+    // transaction began first may get the lock second: its now() is then earlier than the turn
+    // the other one gave the subscription (the other's claim time), so it used to find nothing
+    // due and stop, and the other worker sent everything (this file's test above, once in CI).
+    const second = await world.sql.reserve()
+    let first: { todo_id: string }[]
+    let taken: { todo_id: string }[]
+    try {
+      await second`begin`
+      await second`select now()`
+      // The first claim takes one delivery (a cap of 1 to the host) and moves the turn.
+      first = await world.sql<{ todo_id: string }[]>`select todo_id from app.take_webhook_deliveries(10, interval '60 seconds', 20, interval '2 seconds', 1, 100, 100)`
+      taken = await second<{ todo_id: string }[]>`select todo_id from app.take_webhook_deliveries(10, interval '60 seconds', 20, interval '2 seconds', 100, 100, 100)`
+    } finally {
+      await second`rollback`.catch(() => {})
+      second.release()
+    }
+    expect(first.length).toBe(1)
+    // The other two, though its transaction began before the first claim was made.
+    expect(taken.length).toBe(2)
+    expect(taken.map((r) => r.todo_id)).not.toContain(first[0]!.todo_id)
+  })
 })
 
 describe('SSRF', () => {

@@ -61,6 +61,11 @@ export interface AppEnv {
     credential: Credential | null
     /** The app's fair queue: every request's SQL call waits for its member's turn in it. */
     admission: Admission
+    /**
+     * Set by callFor when the request's SQL call carries its Idempotency-Key: sending it again is
+     * then safe, so an "outcome unknown" 503 says Retry-After (functions/lib/errors.ts).
+     */
+    idempotencyKeyUsed?: boolean
   }
 }
 

@@ -3,6 +3,7 @@
 import type { Context } from 'hono'
 import { HTTPException } from 'hono/http-exception'
 import { NO_RESULT_ROW } from './db.ts'
+import { DATABASE_SILENT } from './sql.ts'
 
 /** An error raised on the HTTP side, before or instead of a SQL call. */
 export class ApiError extends Error {
@@ -62,10 +63,14 @@ const SQLSTATE_STATUS: Record<string, [number, string]> = {
  * session itself, rolling back what was under way (it answers a COMMIT before it acts on a
  * shutdown), or postgres.js never sent the statement. Outcome unknown: the connection broke while
  * a statement (perhaps a COMMIT) was under way, so the write may have been committed with only
- * its answer lost; that answer says so, carries no Retry-After, and tells the client to send the
- * request again with its Idempotency-Key (the key commits with the write, so the retry is
- * answered with the first answer if it took effect, and runs once if it did not:
- * functions/lib/idempotency.ts).
+ * its answer lost; that answer says so and tells the client to send the request again with its
+ * Idempotency-Key (the key commits with the write, so the retry is answered with the first answer
+ * if it took effect, and runs once if it did not: functions/lib/idempotency.ts). It carries
+ * Retry-After when sending it again is safe (see describeError's `retrySafe`): a request that
+ * used its Idempotency-Key, or a read. A write without a key gets none: a client that retries
+ * whatever says Retry-After would make a second todo (issue 29: the outcome-unknown 503 "tells
+ * the client to retry with its key"; the cancelled statement, 57014, is surely not applied and
+ * always has it).
  */
 const NOT_APPLIED_SQLSTATE = /^(08001|08004|57P0[123]|53300)$/
 const OUTCOME_UNKNOWN_SQLSTATE = /^08...$/
@@ -74,7 +79,9 @@ const NOT_APPLIED_SOCKET_CODES = new Set([
 ])
 // CONNECTION_DESTROYED: sql.end() cut the statement under way (at shutdown), which may have
 // committed. NO_RESULT_ROW: the statement came back without its row (functions/lib/db.ts).
-const OUTCOME_UNKNOWN_SOCKET_CODES = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', NO_RESULT_ROW])
+// DATABASE_SILENT: nobody answered the statement by its deadline (functions/lib/sql.ts); it may
+// have committed with only the answer lost on the way.
+const OUTCOME_UNKNOWN_SOCKET_CODES = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', NO_RESULT_ROW, DATABASE_SILENT])
 const UNAVAILABLE_MESSAGE = 'The database is unavailable right now; try again shortly.'
 const OUTCOME_UNKNOWN_MESSAGE =
   'The connection to the database broke while the request ran: it may or may not have taken effect. If you sent an Idempotency-Key, send the request again '
@@ -93,7 +100,7 @@ function databaseFailure(err: unknown): 'not-applied' | 'outcome-unknown' | null
 }
 
 /** Codes postgres.js (and callApi) give the errors of its connections, beside the socket's own (which name their syscall). */
-const DRIVER_CODES = new Set(['CONNECT_TIMEOUT', 'CONNECTION_ENDED', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', NO_RESULT_ROW])
+const DRIVER_CODES = new Set(['CONNECT_TIMEOUT', 'CONNECTION_ENDED', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', NO_RESULT_ROW, DATABASE_SILENT])
 
 /** Whether an error comes from the database or its connection: PostgreSQL's answer, a socket error of postgres.js, or its own codes. */
 function fromDatabase(err: unknown): boolean {
@@ -135,8 +142,17 @@ export interface ErrorBody {
   headers: Record<string, string>
 }
 
+export interface DescribeOptions {
+  /**
+   * Whether sending the request again is safe whatever became of it: a read (GET, HEAD), or a
+   * write that used its Idempotency-Key (the retry replays the first answer or runs once). An
+   * "outcome unknown" 503 carries Retry-After only then.
+   */
+  retrySafe?: boolean
+}
+
 /** Maps any thrown value to status, body and headers. Unknown errors become a plain 500. */
-export function describeError(err: unknown, upgradeUrl: string): ErrorBody {
+export function describeError(err: unknown, upgradeUrl: string, options: DescribeOptions = {}): ErrorBody {
   const headers: Record<string, string> = {}
   let status = 500
   let body: Record<string, unknown> = { error: 'Something went wrong on our side.' }
@@ -157,7 +173,9 @@ export function describeError(err: unknown, upgradeUrl: string): ErrorBody {
     status = 503
     body = { error: UNAVAILABLE_MESSAGE }
   } else if (lost === 'outcome-unknown') {
-    // 503 without Retry-After (see databaseFailure): whether to send it again is the client's call.
+    // Retry-After only when a retry is safe (see databaseFailure): a write sent without a key
+    // may have taken effect, and whether to send it again is the client's call.
+    if (options.retrySafe) headers['Retry-After'] = String(RETRY_AFTER_UNAVAILABLE_SECONDS)
     return { status: 503, body: { error: OUTCOME_UNKNOWN_MESSAGE }, headers }
   } else if (isPostgresError(err)) {
     const code = err.code ?? ''
@@ -216,6 +234,16 @@ export function isInputError(err: unknown): boolean {
 }
 
 /**
+ * Whether the request may be sent again whatever became of it: a read, or a request whose SQL
+ * call used its Idempotency-Key (callFor marks it: functions/lib/respond.ts). A key the route
+ * did not use (a route outside /v1, a GET) makes nothing safe.
+ */
+function retrySafe(c: Context): boolean {
+  const method = c.req.method
+  return method === 'GET' || method === 'HEAD' || (c.var as { idempotencyKeyUsed?: boolean }).idempotencyKeyUsed === true
+}
+
+/**
  * The Hono error handler: logs what is ours to fix, answers JSON always. `beforeInputError`
  * runs before an input error is shown and may throw what should be answered instead (a
  * credential that does not exist gets its 403, not our validation rules).
@@ -236,7 +264,7 @@ export async function errorResponse(
       err = refusal
     }
   }
-  const { status, body, headers } = describeError(err, upgradeUrl)
+  const { status, body, headers } = describeError(err, upgradeUrl, { retrySafe: retrySafe(c) })
   const challenge = bearerChallenge(err, (c.var as unknown as { credential?: { kind?: string } | null }).credential?.kind)
   if (challenge) headers['WWW-Authenticate'] = challenge
   // An unreachable database is logged in one line, not a stack per request while it restarts.

@@ -22,6 +22,8 @@ export async function callFor(c: AppContext, fn: string, args: unknown[], access
   const { sql, publicUrl, webUrl } = c.var.deps
   const key = idempotencyKeyOf(c)
   const idempotency = key ? { key, requestHash: await requestFingerprint(c.req.method, c.req.path, fn, args) } : null
+  // A lost answer to this call may be asked again safely (errors.ts: Retry-After on its 503).
+  if (idempotency) c.set('idempotencyKeyUsed', true)
   try {
     const { body, member, replayed } = await inTurn(c, () =>
       callApiAs(sql, { credential, access: access ?? accessOf(c), publicUrl, webUrl }, fn, args, idempotency))

@@ -13,6 +13,7 @@ import type { Context } from 'hono'
 import { bodyLimit } from 'hono/body-limit'
 import { jwtVerify } from 'jose'
 import type { AppEnv } from '../lib/context.ts'
+import { appLink } from '../lib/links.ts'
 import { ApiError, CLIENT_HUNG_UP_MESSAGE, RETRY_AFTER_UNAVAILABLE_SECONDS, clientHungUp, describeError, isDatabaseUnavailable, unavailableLogLine } from '../lib/errors.ts'
 import { inTurn } from '../lib/respond.ts'
 import { randomToken, sha256Hex, signAccessToken, verifyAccessToken } from '../lib/tokens.ts'
@@ -312,7 +313,7 @@ async function showAuthorize(c: OAuthContext, params: URLSearchParams, signInErr
   // a registered app could use a bad request (an unknown scope) on our trusted address as a
   // link that bounces strangers straight to its site.
   if (!context.member || signInError) {
-    return formPage(c, signInPage({ appName: check.client.name, authorize: authorizeQuery(params), error: signInError }), check.redirectUri, status)
+    return formPage(c, signInPage({ appName: check.client.name, authorize: authorizeQuery(params), action: appLink(c.var.deps.publicUrl, '/oauth/login'), error: signInError }), check.redirectUri, status)
   }
   if (check.kind === 'redirect') return redirectTo(c, check.redirectUri, { error: check.error, error_description: check.description, state: check.state })
   const session = cookieValue(c, sessionCookieName(c))!
@@ -335,6 +336,7 @@ async function showAuthorize(c: OAuthContext, params: URLSearchParams, signInErr
   const csrf = csrfToken(c.var.deps.jwtSecret, session)
   return formPage(c, consentPage({
     appName: check.client.name, username: context.member.username, scopes: check.scopes, fields, csrf, granted, authorize: authorizeQuery(params),
+    action: appLink(c.var.deps.publicUrl, '/oauth/authorize'),
   }), check.redirectUri)
 }
 
@@ -472,10 +474,10 @@ oauth.post('/oauth/login', async (c) => {
   if (supabaseToken) {
     memberId = await supabaseSessionMember(c.var.deps.jwtSecret, supabaseToken)
     const invalid = 'That website session is not valid; sign in on the website again.'
-    if (!memberId) return toApps ? appsFormPage(c, signInPage({ returnTo: 'apps', error: invalid }), 400) : showAuthorize(c, authorize, invalid, 400)
+    if (!memberId) return toApps ? appsFormPage(c, signInPage({ returnTo: 'apps', action: appLink(c.var.deps.publicUrl, '/oauth/login'), error: invalid }), 400) : showAuthorize(c, authorize, invalid, 400)
   } else if (!code) {
     const missing = 'Enter your one-time sign-in code.'
-    return toApps ? appsFormPage(c, signInPage({ returnTo: 'apps', error: missing }), 400) : showAuthorize(c, authorize, missing, 400)
+    return toApps ? appsFormPage(c, signInPage({ returnTo: 'apps', action: appLink(c.var.deps.publicUrl, '/oauth/login'), error: missing }), 400) : showAuthorize(c, authorize, missing, 400)
   }
   const session = randomToken(32)
   const result = await call<{ member?: string } & Partial<OAuthFailure>>(c, 'app.oauth_start_session', [
@@ -483,11 +485,11 @@ oauth.post('/oauth/login', async (c) => {
   ])
   if (result.error) {
     const extra: Record<string, string> = result.retry_after ? { 'retry-after': String(result.retry_after) } : {}
-    if (toApps) return page(c, signInPage({ returnTo: 'apps', error: result.error_description }), result.status ?? 400, { ...extra, 'content-security-policy': pageCsp("'self'") })
+    if (toApps) return page(c, signInPage({ returnTo: 'apps', action: appLink(c.var.deps.publicUrl, '/oauth/login'), error: result.error_description }), result.status ?? 400, { ...extra, 'content-security-policy': pageCsp("'self'") })
     const context = await call<AuthorizeContext>(c, 'app.oauth_authorize_context', [authorize.get('client_id') ?? '', null])
     const check = checkAuthorizeRequest(authorize, context.client)
     if (check.kind === 'page') return page(c, errorPage(check.message), 400)
-    return formPage(c, signInPage({ appName: check.client.name, authorize: authorizeQuery(authorize), error: result.error_description }), check.redirectUri, result.status ?? 400, extra)
+    return formPage(c, signInPage({ appName: check.client.name, authorize: authorizeQuery(authorize), action: appLink(c.var.deps.publicUrl, '/oauth/login'), error: result.error_description }), check.redirectUri, result.status ?? 400, extra)
   }
   // Back to the authorization request or the apps page (always our own path: no open redirect), now signed in.
   const location = toApps ? pageLink('apps') : `authorize?${authorizeQuery(authorize)}`
@@ -529,7 +531,7 @@ oauth.get('/oauth/apps', async (c) => {
   const session = cookieValue(c, sessionCookieName(c))
   const listing = await call<MemberApps>(c, 'app.oauth_member_apps', [session ? await sha256Hex(session) : null])
   // Signed in as on the consent page: the same session, the same sign-in form.
-  if (!session || !listing.member) return appsFormPage(c, signInPage({ returnTo: 'apps' }))
+  if (!session || !listing.member) return appsFormPage(c, signInPage({ returnTo: 'apps', action: appLink(c.var.deps.publicUrl, '/oauth/login') }))
   return appsFormPage(c, appsPage({
     username: listing.member.username, apps: listing.apps, csrf: csrfToken(c.var.deps.jwtSecret, session), notice: c.req.query('notice') ?? null,
   }))

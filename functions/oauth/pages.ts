@@ -140,14 +140,15 @@ export function errorPage(message: string): string {
 /**
  * The local sign-in form: a one-time code from the operator CLI (`login-code --user U`). It
  * continues to the authorization request (`authorize`), or to the page of authorized apps
- * (`returnTo: 'apps'`, the form's `return` field).
+ * (`returnTo: 'apps'`, the form's `return` field). `action`: where the form posts,
+ * appLink(PUBLIC_URL, '/oauth/login') (functions/lib/links.ts).
  */
-export function signInPage(options: { appName: string; authorize: string; error?: string } | { returnTo: 'apps'; error?: string }): string {
+export function signInPage(options: ({ appName: string; authorize: string } | { returnTo: 'apps' }) & { action: string; error?: string }): string {
   const heading = 'returnTo' in options ? 'Sign in to see the apps you authorized' : `Sign in to continue to ${escape(options.appName)}`
   const fields: Record<string, string> = 'returnTo' in options ? { return: options.returnTo } : { authorize: options.authorize }
   return layout('Sign in', `<h1>${heading}</h1>
 ${options.error ? `<p class="error" role="alert">${escape(options.error)}</p>` : ''}
-<form method="post" action="login">
+<form method="post" action="${escape(options.action)}">
 ${hidden(fields)}
 <label for="code">One-time sign-in code</label>
 <input type="text" id="code" name="code" autocomplete="one-time-code" required autofocus>
@@ -174,10 +175,11 @@ ${hidden(fields)}
 /**
  * The consent page: the app's name and each requested scope in plain words; Approve or Deny.
  * Scopes beyond what the member approved for the app before (`granted`) are marked new, so an
- * app that widens its request is seen doing so.
+ * app that widens its request is seen doing so. `action`: where the form posts,
+ * appLink(PUBLIC_URL, '/oauth/authorize') (functions/lib/links.ts).
  */
 export function consentPage(options: {
-  appName: string; username: string; scopes: string[]; fields: Record<string, string>; csrf: string; granted?: string[] | null; authorize: string
+  appName: string; username: string; scopes: string[]; fields: Record<string, string>; csrf: string; granted?: string[] | null; authorize: string; action: string
 }): string {
   const isNew = (scope: string) => options.granted != null && !options.granted.includes(scope)
   const items = options.scopes.map((scope) => `<li><strong>${escape(scope)}</strong>: ${escape(SCOPE_WORDS[scope] ?? scope)}${isNew(scope) ? ' <em class="new">new</em>' : ''}</li>`).join('\n')
@@ -186,7 +188,7 @@ export function consentPage(options: {
 <ul id="scopes">
 ${items}
 </ul>
-<form method="post" action="authorize">
+<form method="post" action="${escape(options.action)}">
 ${hidden({ ...options.fields, csrf_token: options.csrf })}
 <div class="buttons">
 <button type="submit" name="decision" value="deny">Deny</button>

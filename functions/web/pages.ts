@@ -5,6 +5,7 @@
 import { Scalar } from '@scalar/hono-api-reference'
 import { Hono } from 'hono'
 import type { AppEnv } from '../lib/context.ts'
+import { appLink } from '../lib/links.ts'
 
 /** The pinned @scalar/api-reference whose browser bundle /docs/scalar.js serves (package.json). */
 export const SCALAR_VERSION = '1.46.4'
@@ -111,13 +112,17 @@ web.get('/health', async (c) => {
   return c.json({ status: 'ok' }, 200, { 'cache-control': 'no-store' })
 })
 
-/** /docs and its script: the Scalar reference, loaded from this server, never from a CDN. */
-export function docs(basePath: string) {
+/**
+ * /docs and its script: the Scalar reference, loaded from this server, never from a CDN. The
+ * page's links (the script, the OpenAPI document) are PUBLIC_URL's (appLink), so they lead back
+ * to the function behind Supabase's gateway (/functions/v1/api/…), not to the /api/… it sees.
+ */
+export function docs(publicUrl: string) {
   const routes = new Hono<AppEnv>()
   routes.get('/docs', Scalar({
-    url: basePath + '/v1/openapi.json',
+    url: appLink(publicUrl, '/v1/openapi.json'),
     pageTitle: 'Todo-Sharing Service API',
-    cdn: `${basePath}/docs/scalar.js?v=${SCALAR_VERSION}`,
+    cdn: appLink(publicUrl, `/docs/scalar.js?v=${SCALAR_VERSION}`),
     withDefaultFonts: false,
     telemetry: false,
     // Scalar's "Ask AI" agent: it fetches Scalar's API registry through proxy.scalar.com as the

@@ -1,7 +1,7 @@
 // The Supabase Edge Function: the same Hono app as local/start.ts, served by Deno under
 // /functions/v1/api (the platform hands the function paths that start with /api).
 import { createApp } from '../../../functions/app.ts'
-import { createSql, statementTimeoutFrom } from '../../../functions/lib/sql.ts'
+import { createSql, deadlineMarginFrom, statementTimeoutFrom } from '../../../functions/lib/sql.ts'
 import { supabaseStorage } from '../../../functions/lib/supabase-storage.ts'
 import { denoWebhookSender } from './webhook-sender.ts'
 import { apnsConfigFrom } from '../../../functions/lib/push.ts'
@@ -45,7 +45,11 @@ const websiteOrigins = (env('WEBSITE_ORIGINS') ?? '').split(',').map((origin) =>
 const prepare = new URL(databaseUrl).port !== '6543'
 // Every request's statement runs under STATEMENT_TIMEOUT_MS (default 5 s), sent as a startup
 // parameter: use the direct connection or the session pooler (docs/security.md, "Timeouts").
-const sql = createSql(databaseUrl, { max: 5, prepare, statementTimeoutMs: statementTimeoutFrom(env('STATEMENT_TIMEOUT_MS')) })
+// A statement left unanswered STATEMENT_DEADLINE_MARGIN_MS (default 2 s) past it destroys its
+// connection: a database that went silent is answered 503, not waited on (docs/reliability.md).
+const sql = createSql(databaseUrl, {
+  max: 5, prepare, statementTimeoutMs: statementTimeoutFrom(env('STATEMENT_TIMEOUT_MS')), deadlineMarginMs: deadlineMarginFrom(env('STATEMENT_DEADLINE_MARGIN_MS')),
+})
 
 // Uploads go to Supabase Storage (the private bucket `uploads`), signed with the service role.
 const storage = supabaseStorage({
@@ -90,7 +94,28 @@ const app = createApp(
   { basePath: '/api' },
 )
 
-// PORT only for running it by hand or in test/deno.test.ts; the platform picks its own.
+/**
+ * Deno.serve decides whether a connection is kept: it closes one whose request body was left
+ * unread (the app's 413s answer before reading it) and says so with a `Connection: close` of its
+ * own. The app's header (which Node's server needs: local/node-http.ts) would be a second one, and
+ * a proxy that reads the header as one value ("close, close") keeps a socket Deno is closing
+ * (issue 30). On Deno the app's is dropped; Deno's stays (test/edge.test.ts).
+ */
+function connectionLeftToDeno(response: Response): Response {
+  if (!response.headers.has('connection')) return response
+  try {
+    response.headers.delete('connection')
+    return response
+  } catch {
+    // Immutable headers (a fetch()'s response passed through): the same answer with a copy.
+    const headers = new Headers(response.headers)
+    headers.delete('connection')
+    return new Response(response.body, { status: response.status, statusText: response.statusText, headers })
+  }
+}
+const serve = async (req: Request, info: Deno.ServeHandlerInfo) => connectionLeftToDeno(await app.fetch(req, info))
+
+// PORT only for running it by hand, in the tests and in `npm run start:edge`; the platform picks its own.
 const port = env('PORT')
-if (port) Deno.serve({ port: Number(port), hostname: '127.0.0.1' }, app.fetch)
-else Deno.serve(app.fetch)
+if (port) Deno.serve({ port: Number(port), hostname: '127.0.0.1' }, serve)
+else Deno.serve(serve)
