@@ -9,7 +9,9 @@
 -- one more column, record_push_attempt takes the lease id), so they are dropped and created
 -- again. Push the migration and deploy the function code together: a push worker of the old
 -- code running in between fails to record its sends (its pushes are sent again once their lease
--- ends: at least once), and an export worker of the old code fails its claims.
+-- ends: at least once), and an export worker of the old code fails its claims. It comes after
+-- 20261126163000_fix_webhook_claim_clock and carries that migration's take_webhook_deliveries
+-- (the claim's clock) with the rotated secret added.
 --
 -- Deploy cost: two indexes are built on tables that grow, under a lock that holds back writes to
 -- them (not reads) while they build: notifications_spent_idx on app.notifications (every comment,
@@ -562,13 +564,20 @@ declare
   unprovens boolean[] := '{}';
   full_pairs text[] := '{}';
   full_members uuid[] := '{}';
+  -- The claim's time, read once it holds the lock below. Not now(): that is when the claim's
+  -- transaction began, which for a claim that waited for another one's lock is before the other
+  -- claimed; the turns the other set (to its own time) then lay in this claim's future, so it
+  -- found nothing due and its worker stopped with deliveries waiting (two workers starting
+  -- together: one sent everything, test/webhook-delivery.test.ts).
+  claim_at timestamptz;
 begin
   -- One claim at a time: the caps below count the leases of every claim before this one. A
   -- claim is a few index probes per delivery; the lock is held for as long.
   perform pg_advisory_xact_lock(hashtextextended('app.take_webhook_deliveries', 0));
+  claim_at := clock_timestamp();
   -- Leases of workers that died mid-send (a table of the deliveries in flight: a few rows).
-  delete from app.webhook_leases l where l.until <= now();
-  select count(*) into unproven_now from app.webhook_leases l where l.unproven and l.claimed_at > now() - slow_after;
+  delete from app.webhook_leases l where l.until <= claim_at;
+  select count(*) into unproven_now from app.webhook_leases l where l.unproven and l.claimed_at > claim_at - slow_after;
   <<rounds>>
   loop
     taken_in_round := 0;
@@ -576,7 +585,7 @@ begin
       select q.subscription_id, q.turn_at, s.host, s.user_id, s.active
         from app.webhook_queue q
         join app.webhook_subscriptions s on s.id = q.subscription_id
-       where q.turn_at <= now()
+       where q.turn_at <= claim_at
        order by q.turn_at, q.subscription_id
        limit most_visits - visits
          for update of q skip locked
@@ -589,8 +598,8 @@ begin
       end if;
       pair := turn.user_id::text || ' ' || turn.host;
       if pair = any (full_pairs) or turn.user_id = any (full_members) then
-        if turn.turn_at < now() then -- to the back (once: a second round finds it there)
-          update app.webhook_queue q set turn_at = now() where q.subscription_id = turn.subscription_id;
+        if turn.turn_at < claim_at then -- to the back (once: a second round finds it there)
+          update app.webhook_queue q set turn_at = claim_at where q.subscription_id = turn.subscription_id;
         end if;
         continue;
       end if;
@@ -598,7 +607,7 @@ begin
       select b.failures, b.open_until into breaker
         from app.webhook_breakers b where b.user_id = turn.user_id and b.host = turn.host;
       unproven := coalesce(breaker.failures, 1) > 0;
-      if breaker.open_until > now() then
+      if breaker.open_until > claim_at then
         -- Open: nothing of this member goes to the host, and these subscriptions are not looked
         -- at again, until the cool-down ends. Not attempted, so no attempt is counted.
         update app.webhook_queue q set turn_at = breaker.open_until where q.subscription_id = turn.subscription_id;
@@ -606,8 +615,8 @@ begin
       end if;
       if unproven and unproven_now >= unproven_share then
         -- The unproven half is in use: to the back, behind receivers that answer.
-        if turn.turn_at < now() then
-          update app.webhook_queue q set turn_at = now() where q.subscription_id = turn.subscription_id;
+        if turn.turn_at < claim_at then
+          update app.webhook_queue q set turn_at = claim_at where q.subscription_id = turn.subscription_id;
         end if;
         continue;
       end if;
@@ -618,10 +627,10 @@ begin
       if to_pair >= (case when breaker.open_until is null then host_cap else 1 end) then
         full_pairs := full_pairs || pair;
         update app.webhook_queue q
-           set turn_at = case when breaker.open_until is null then now()
+           set turn_at = case when breaker.open_until is null then claim_at
                               -- behind the probe: its answer wakes them (app.record_webhook_attempt)
                               else coalesce((select max(l.until) from app.webhook_leases l
-                                              where l.user_id = turn.user_id and l.host = turn.host), now() + lease) end
+                                              where l.user_id = turn.user_id and l.host = turn.host), claim_at + lease) end
          where q.subscription_id = turn.subscription_id;
         continue;
       end if;
@@ -629,14 +638,14 @@ begin
                     + coalesce(cardinality(array_positions(members, turn.user_id)), 0);
       if for_member >= member_share then
         full_members := full_members || turn.user_id;
-        update app.webhook_queue q set turn_at = now() where q.subscription_id = turn.subscription_id;
+        update app.webhook_queue q set turn_at = claim_at where q.subscription_id = turn.subscription_id;
         continue;
       end if;
       -- The subscription's next due delivery that this claim has not taken (skip locked: one a
       -- deletion holds is left to it).
       select d.todo_id into head
         from app.webhook_deliveries d
-       where d.subscription_id = turn.subscription_id and d.status = 'pending' and d.next_attempt_at <= now()
+       where d.subscription_id = turn.subscription_id and d.status = 'pending' and d.next_attempt_at <= claim_at
          and d.todo_id <> all (array(select c.t from unnest(subscriptions, todos) c(s, t) where c.s = turn.subscription_id))
        order by d.next_attempt_at
        limit 1
@@ -653,7 +662,7 @@ begin
           if next_at is null then
             delete from app.webhook_queue q where q.subscription_id = turn.subscription_id;
           else
-            update app.webhook_queue q set turn_at = greatest(now(), next_at) where q.subscription_id = turn.subscription_id;
+            update app.webhook_queue q set turn_at = greatest(claim_at, next_at) where q.subscription_id = turn.subscription_id;
           end if;
         end if;
         continue;
@@ -680,18 +689,18 @@ begin
   end loop;
 
   if cardinality(todos) > 0 then
-    update app.webhook_deliveries d set next_attempt_at = now() + lease
+    update app.webhook_deliveries d set next_attempt_at = claim_at + lease
       from unnest(subscriptions, todos) c(s, t)
      where d.subscription_id = c.s and d.todo_id = c.t;
     insert into app.webhook_leases as l (subscription_id, todo_id, host, user_id, probe, unproven, claimed_at, until)
-    select c.s, c.t, c.h, c.m, c.p, c.u, now(), now() + lease
+    select c.s, c.t, c.h, c.m, c.p, c.u, claim_at, claim_at + lease
       from unnest(subscriptions, todos, hosts, members, probes, unprovens) c(s, t, h, m, p, u)
     on conflict on constraint webhook_leases_pkey do update
       set host = excluded.host, user_id = excluded.user_id, probe = excluded.probe, unproven = excluded.unproven,
           claimed_at = excluded.claimed_at, until = excluded.until;
     -- The subscriptions served go to the back of the queue, or to when their next delivery is due.
     update app.webhook_queue q
-       set turn_at = greatest(now(), (select d.next_attempt_at from app.webhook_deliveries d
+       set turn_at = greatest(claim_at, (select d.next_attempt_at from app.webhook_deliveries d
                                        where d.subscription_id = q.subscription_id and d.status = 'pending'
                                        order by d.next_attempt_at limit 1))
      where q.subscription_id = any (subscriptions);
