@@ -6,7 +6,7 @@ import { createServer, type Server } from 'node:http'
 import { join } from 'node:path'
 import type { Locator } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { BROWSER_MISSING_MESSAGE, chromiumPath, launchBrowser, screenshotDir } from './support/browser.ts'
+import { BROWSER_MISSING_MESSAGE, chromiumPath, launchBrowser, offlinePage, screenshotDir } from './support/browser.ts'
 import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
 
 if (!chromiumPath) console.warn(BROWSER_MISSING_MESSAGE)
@@ -25,21 +25,8 @@ describe.skipIf(!chromiumPath)('in a real browser, offline', () => {
   it('/docs lists the endpoints with the network off, loading nothing from another host', { timeout: 90_000 }, async () => {
     const browser = await launchBrowser()
     try {
-      const context = await browser.newContext()
-      const blocked: string[] = []
-      const requested: string[] = []
       // The network is off: only this server answers.
-      await context.route('**/*', (route) => {
-        const url = route.request().url()
-        requested.push(url)
-        if (url.startsWith(world.baseUrl) || url.startsWith('data:') || url.startsWith('blob:')) return route.continue()
-        blocked.push(url)
-        return route.abort('internetdisconnected')
-      })
-      const page = await context.newPage()
-      const consoleLines: string[] = []
-      page.on('console', (m) => consoleLines.push(`${m.type()}: ${m.text()}`))
-      page.on('pageerror', (e) => consoleLines.push(`pageerror: ${e.message}`))
+      const { page, requested, blocked, report } = await offlinePage(browser, world.baseUrl)
       const response = await page.goto(`${world.baseUrl}/docs`)
       expect(response?.status()).toBe(200)
       const html = await response!.text()
@@ -48,7 +35,7 @@ describe.skipIf(!chromiumPath)('in a real browser, offline', () => {
       // sidebar first, the introduction with the title a moment later (Scalar 1.46), so both.
       const rendered = (locator: Locator) => locator.first().waitFor({ timeout: 30_000 }).catch(async (err) => {
         await page.screenshot({ path: join(await screenshotDir(), 'docs-offline-failed.png') })
-        throw new Error(`${err}\nconsole:\n${consoleLines.join('\n')}\nrequested:\n${requested.join('\n')}\nblocked:\n${blocked.join('\n')}\n${await page.content()}`.slice(0, 6000))
+        throw new Error(`${err}\n${report()}\n${await page.content()}`.slice(0, 6000))
       })
       await rendered(page.getByText('The authenticated user'))
       await rendered(page.getByRole('heading', { name: 'Todo-Sharing Service API' }))

@@ -9,7 +9,7 @@ import type { Locator } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { JWT_SECRET, WORKER_SECRET, type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
 import { freePort } from './support/net.ts'
-import { BROWSER_MISSING_MESSAGE, chromiumPath, launchBrowser, screenshotDir } from './support/browser.ts'
+import { BROWSER_MISSING_MESSAGE, chromiumPath, launchBrowser, offlinePage, screenshotDir } from './support/browser.ts'
 import { authorizeQuery, browserless, consent, signIn } from './support/oauth.ts'
 import { type EdgeFunction, startEdgeFunction } from '../local/edge-function.ts'
 import { type Gateway, startGateway } from '../local/gateway.ts'
@@ -54,26 +54,13 @@ describe('links from PUBLIC_URL behind the gateway prefix', () => {
   it.skipIf(!chromiumPath)('/docs renders the endpoints in Chromium, its script and document loaded through /functions/v1/api', { timeout: 90_000 }, async () => {
     const browser = await launchBrowser()
     try {
-      const context = await browser.newContext()
-      const requested: string[] = []
-      const blocked: string[] = []
       // Only the gateway answers (the network is off otherwise).
-      await context.route('**/*', (route) => {
-        const url = route.request().url()
-        requested.push(url)
-        if (url.startsWith(gateway.url) || url.startsWith('data:') || url.startsWith('blob:')) return route.continue()
-        blocked.push(url)
-        return route.abort('internetdisconnected')
-      })
-      const page = await context.newPage()
-      const consoleLines: string[] = []
-      page.on('console', (m) => consoleLines.push(`${m.type()}: ${m.text()}`))
-      page.on('pageerror', (e) => consoleLines.push(`pageerror: ${e.message}`))
+      const { page, requested, blocked, report } = await offlinePage(browser, gateway.url)
       const response = await page.goto(`${publicUrl}/docs`)
       expect(response?.status()).toBe(200)
       const rendered = (locator: Locator) => locator.first().waitFor({ timeout: 30_000 }).catch(async (err) => {
         await page.screenshot({ path: join(await screenshotDir(), 'docs-edge-failed.png') })
-        throw new Error(`${err}\nconsole:\n${consoleLines.join('\n')}\nrequested:\n${requested.join('\n')}\nblocked:\n${blocked.join('\n')}`.slice(0, 6000))
+        throw new Error(`${err}\n${report()}`.slice(0, 6000))
       })
       // The sidebar first, the introduction with the title a moment later (Scalar 1.46): both,
       // as test/clients-browser.test.ts waits for them on Node.
