@@ -34,6 +34,11 @@
 //                         with the named triggers of app.todos (comma-separated) enabled and
 //                         disabled, in rolled-back rounds on one connection: what keeping them
 //                         costs a write's database time (goal ≤ 1.10×, issue 26; about a minute)
+//   --render-cost         only the render-cost section (issue 27): POST /v1/todos, /v1/reactions,
+//                         /v1/comments, PATCH /v1/users/me and a project rename with the
+//                         renderings kept on write and with their expressions dropped, in
+//                         rolled-back rounds on one connection (goal ≤ 1.15×; about a minute;
+//                         local/bench/render-cost.ts)
 //   --write-cost-http     with --write-cost: also through the API at the bench's concurrency,
 //                         in interleaved rounds (minutes per round: deletion targets are made)
 //   --skip-chat           no direct-message delivery measurement
@@ -81,6 +86,7 @@ import { type FairnessBench, FAIRNESS_TARGET, measureFairness } from './bench/fa
 import type { AdmissionLimits } from '../functions/lib/admission.ts'
 import { type BenchKey, FIXTURE_FORMAT, gib, readFixture, refreshFixture, seedDatabase, writeFixtureFile, type Fixture, type SeedOptions } from './bench/seed-data.ts'
 import { SMALL_TODOS, deriveSubset, isSubsetOf, todoIds } from './bench/subset.ts'
+import { type RenderCost, measureRenderCost } from './bench/render-cost.ts'
 import { type DatabaseWriteCost, type WriteCost, WRITE_COST_GOAL, measureDatabaseWriteCost, measureWriteCost, repairInterruptedRun } from './bench/write-cost.ts'
 import { ensurePostGraphile } from './bench/postgraphile.ts'
 import {
@@ -123,6 +129,8 @@ interface Options {
   writeCost: string[] | null
   /** The write-cost section also through the API (HTTP rounds). */
   writeCostHttp: boolean
+  /** Only the render-cost section (issue 27). */
+  renderCost: boolean
   skipChat: boolean
   skipWebhooks: boolean
   webhooksOnly: boolean
@@ -157,7 +165,7 @@ function parseOptions(argv: string[]): Options {
       'skip-notifications': { type: 'boolean' }, notifications: { type: 'boolean' },
       fairness: { type: 'boolean' }, admission: { type: 'string' },
       reseed: { type: 'boolean' }, profile: { type: 'boolean' },
-      single: { type: 'boolean' }, 'skip-single': { type: 'boolean' }, 'write-cost': { type: 'string' }, 'write-cost-http': { type: 'boolean' },
+      single: { type: 'boolean' }, 'skip-single': { type: 'boolean' }, 'write-cost': { type: 'string' }, 'write-cost-http': { type: 'boolean' }, 'render-cost': { type: 'boolean' },
       'shared-buffers': { type: 'string' }, 'scale-rounds': { type: 'string' },
     },
     strict: true,
@@ -192,6 +200,7 @@ function parseOptions(argv: string[]): Options {
     singleOnly: Boolean(values.single),
     writeCost,
     writeCostHttp: Boolean(values['write-cost-http']),
+    renderCost: Boolean(values['render-cost']),
     skipChat: Boolean(values['skip-chat']),
     skipWebhooks: Boolean(values['skip-webhooks']),
     webhooksOnly: Boolean(values.webhooks),
@@ -633,6 +642,16 @@ function printDatabaseWriteCost(w: DatabaseWriteCost, load: number, dataset: Dat
   }
 }
 
+function printRenderCost(w: RenderCost, load: number, dataset: Dataset): void {
+  const out = (line: string) => process.stdout.write(`${line}\n`)
+  out(`\nRender cost of ${w.renderings.join(', ')} on the writes (${dataset.name}; ${w.rounds} rounds of ${w.blocks} alternating blocks of ${w.calls_per_block} calls ` +
+    `per kind; load average at start ${load.toFixed(2)}):`)
+  for (const k of w.kinds) {
+    const spread = `rounds ${Math.min(...k.round_costs).toFixed(2)}–${Math.max(...k.round_costs).toFixed(2)}×`
+    out(`  ${k.kind}: ${fmt(k.kept_ms, 3)} ms kept on write, ${fmt(k.off_ms, 3)} ms not: ${fmt(k.cost, 2)}× ${k.cost <= w.goal ? '✓' : '✗'} (goal ≤ ${w.goal}×; ${spread})`)
+  }
+}
+
 function printWriteCost(w: WriteCost, load: number, dataset: Dataset): void {
   const out = (line: string) => process.stdout.write(`${line}\n`)
   out(`\nWrite cost of ${w.triggers.join(', ')} (${dataset.name}; ${w.rounds} interleaved rounds, median round; load average at start ${load.toFixed(2)}):`)
@@ -940,6 +959,19 @@ async function main(): Promise<number> {
         write_cost_database: database, write_cost: http,
       }, 'write-cost')
       return database.met && (http?.met ?? true) ? 0 : 1
+    }
+    if (options.renderCost) {
+      const bench = await openBench(config, large, options, new Set<TargetName>(), null)
+      benches.push(bench)
+      log(`Render cost in the database on ${large.name}: renderings kept on write and not, in rolled-back rounds on one connection…`)
+      const renderCost = await measureRenderCost({
+        admin: bench.admin, log,
+        writers: bench.writers.map((w) => ({ id: String(w.claims.sub), context: { credential: w.credential, access: 'write', publicUrl: bench.publicUrl } })),
+        body: `Benchmarked the write path #${large.fixture.mention.hashtag} with @${large.fixture.mention.username}`,
+      })
+      printRenderCost(renderCost, load, large)
+      await writeResults(config, started, { load_average_at_start: load, dataset: await datasetSummary(large), render_cost: renderCost }, 'render-cost')
+      return renderCost.met ? 0 : 1
     }
     if (options.singleOnly) {
       const bench = await openBench(config, large, options, new Set<TargetName>(['api']), null)

@@ -923,7 +923,7 @@ comment on function api.todo_create(text, jsonb) is
 grant execute on function api.todo_create(text, jsonb) to authenticated;
 
 create function api.todo_get(todo_ref text, expand_reactions boolean)
-returns jsonb
+returns json
 language plpgsql
 stable
 set search_path = ''
@@ -934,7 +934,7 @@ begin
   if found_todo.id is null then
     perform app.http_error(404, format('No todo matches %L.', todo_ref));
   end if;
-  return app.todo_json(found_todo, expand_reactions);
+  return app.todo_text(found_todo.id, expand_reactions);
 end;
 $$;
 comment on function api.todo_get(text, boolean) is
@@ -1026,7 +1026,7 @@ comment on function api.todo_deletion_preview(text) is
 grant execute on function api.todo_deletion_preview(text) to authenticated;
 
 create function api.todos_list(filters jsonb, page_limit integer, starting_after text, expand_reactions boolean)
-returns jsonb
+returns json
 language sql
 stable
 set search_path = ''
@@ -1038,7 +1038,7 @@ comment on function api.todos_list(jsonb, integer, text, boolean) is
 grant execute on function api.todos_list(jsonb, integer, text, boolean) to authenticated;
 
 create function api.user_todos(user_ref text, filters jsonb, page_limit integer, starting_after text, expand_reactions boolean)
-returns jsonb
+returns json
 language plpgsql
 stable
 set search_path = ''
@@ -1057,7 +1057,7 @@ comment on function api.user_todos(text, jsonb, integer, text, boolean) is
 grant execute on function api.user_todos(text, jsonb, integer, text, boolean) to authenticated;
 
 create function api.project_todos(project_ref text, filters jsonb, page_limit integer, starting_after text, expand_reactions boolean)
-returns jsonb
+returns json
 language plpgsql
 stable
 set search_path = ''
@@ -1071,7 +1071,7 @@ begin
   end if;
   if found.privacy <> 'public' and not app.is_project_insider(found.id, found.privacy, (select auth.uid())) then
     -- Everyone sees a protected project, not its todos: an empty list, as a protected member's.
-    return app.page_envelope(null, false, 0, null);
+    return app.page_envelope_text(null, false, 0, null);
   end if;
   return app.todo_page('project', found.id, filters, page_limit, starting_after, expand_reactions);
 end;
@@ -1081,7 +1081,7 @@ comment on function api.project_todos(text, jsonb, integer, text, boolean) is
 grant execute on function api.project_todos(text, jsonb, integer, text, boolean) to authenticated;
 
 create function api.search_todos(query text, page_limit integer, starting_after text, expand_reactions boolean)
-returns jsonb
+returns json
 language plpgsql
 stable
 set search_path = ''

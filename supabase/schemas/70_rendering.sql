@@ -1,8 +1,10 @@
 -- Rendering: the /v1 JSON of every resource, as the viewer may see it.
 --
--- What every endpoint answers with. The *_json_body functions are
--- inlined expressions over one row; the plural *_json functions render a whole page in a
--- few set-based statements; *_page adds the pagination envelope.
+-- What every endpoint answers with. What depends on one row alone is rendered when the row is
+-- written (the cards: generated columns, section "Renderings kept on write"); the *_text
+-- functions join them as JSON text with what depends on the viewer, a whole page in a few
+-- set-based statements; the *_json functions are the same as jsonb for callers that build
+-- jsonb; *_page adds the pagination envelope.
 
 -- Function bodies are not checked here: they call functions of later files (the renderers
 -- of 70_rendering.sql) and sections. They are the bodies the migrations created and checked,
@@ -10,27 +12,123 @@
 set check_function_bodies = off;
 
 -- ============================================================================
+-- JSON text (issue 27)
+-- ============================================================================
+-- Renderings are JSON text, not jsonb: a page is concatenated from pieces rendered once (below)
+-- and sent as it is, where jsonb would be built key by key, sorted and printed again on every
+-- read. URLs depend on the deployment (PUBLIC_URL and WEB_URL, set per request as app.public_url
+-- and app.web_url), so a rendering holds a marker where one begins: chr(1) for the public URL,
+-- chr(2) for the web URL, replaced once per answer (app.resolve_urls). to_json escapes every
+-- control character (chr(1) becomes the six characters \u0001), so no member's text can contain
+-- a raw marker, and nothing but a URL is ever replaced.
+
+create function app.json_text(value text)
+returns text
+language sql
+stable
+parallel safe
+as $$
+  select coalesce(to_json(value)::text, 'null')
+$$;
+comment on function app.json_text(text) is
+  'Inlined (no SET clause, no table access). A text value as a JSON string, escaped; JSON null for null. Stable as to_json is (so it is inlined), though escaping a string depends on nothing but the string: the immutable card functions that call it are what generated columns check.';
+grant execute on function app.json_text(text) to authenticated, service_role;
+
+create function app.json_time(moment timestamptz)
+returns text
+language sql
+stable
+parallel safe
+as $$
+  select case when moment is null then 'null'
+              else rtrim(to_json(moment at time zone 'UTC')::text, '"') || '+00:00"' end
+$$;
+comment on function app.json_time(timestamp with time zone) is
+  'Inlined (no SET clause, no table access). A moment as a JSON string in UTC with the offset written +00:00, the form jsonb prints under the server''s time zone (UTC on Supabase and here), trailing zeros of the microseconds dropped as there; JSON null for null. Written in UTC whatever the session''s TimeZone, so a rendering kept on write does not depend on who wrote it.';
+grant execute on function app.json_time(timestamp with time zone) to authenticated, service_role;
+
+create function app.json_url(marker text, path text)
+returns text
+language sql
+stable
+parallel safe
+as $$
+  select '"' || marker || substr(to_json(path)::text, 2)
+$$;
+comment on function app.json_url(text, text) is
+  'Inlined (no SET clause, no table access). A URL as a JSON string: the marker of its base (chr(1) the public URL, chr(2) the web URL: app.resolve_urls) followed by the escaped path.';
+grant execute on function app.json_url(text, text) to authenticated, service_role;
+
+create function app.json_inner(value text)
+returns text
+language sql
+stable
+parallel safe
+as $$
+  select substr(to_json(value)::text, 2, length(to_json(value)::text) - 2)
+$$;
+comment on function app.json_inner(text) is
+  'Inlined (no SET clause, no table access). A text escaped as inside a JSON string, without the quotes: what replaces a URL marker (app.resolve_urls_at), so a base URL holding a quote or a backslash cannot break the JSON.';
+grant execute on function app.json_inner(text) to authenticated, service_role;
+
+create function app.resolve_urls_at(rendered text, base_url text)
+returns text
+language sql
+stable
+parallel safe
+as $$
+  select replace(replace(rendered, chr(1), app.json_inner(base_url)), chr(2), app.json_inner(app.web_url()))
+$$;
+comment on function app.resolve_urls_at(text, text) is
+  'Inlined (no SET clause, no table access). JSON text rendered with URL markers, with base_url in place of chr(1) and this request''s web URL (app.web_url) in place of chr(2): two passes of replace over the text, once per answer.';
+grant execute on function app.resolve_urls_at(text, text) to authenticated, service_role;
+
+create function app.resolve_urls(rendered text)
+returns text
+language sql
+stable
+parallel safe
+as $$
+  select app.resolve_urls_at(rendered, app.public_url())
+$$;
+comment on function app.resolve_urls(text) is
+  'Inlined (no SET clause, no table access). JSON text rendered with URL markers, with this request''s public and web URLs in their place (app.resolve_urls_at).';
+grant execute on function app.resolve_urls(text) to authenticated, service_role;
+
+-- ============================================================================
 -- Helpers
 -- ============================================================================
+create function app.image_urls_text(folder text, key text)
+returns text
+language sql
+stable
+parallel safe
+as $$
+  select case
+    when key is null then
+      '{"small":' || app.json_url(chr(1), '/assets/default-' || folder || '-small.png')
+      || ',"medium":' || app.json_url(chr(1), '/assets/default-' || folder || '-medium.png')
+      || ',"large":' || app.json_url(chr(1), '/assets/default-' || folder || '-large.png') || '}'
+    else
+      '{"small":' || app.json_url(chr(1), '/storage/' || key || '?size=small')
+      || ',"medium":' || app.json_url(chr(1), '/storage/' || key || '?size=medium')
+      || ',"large":' || app.json_url(chr(1), '/storage/' || key || '?size=large') || '}'
+  end
+$$;
+comment on function app.image_urls_text(text, text) is
+  'Inlined (no SET clause, no table access). The small/medium/large URLs of an avatar, logo or header as JSON text with the public URL''s marker (app.resolve_urls). Why defaults instead of null: SPEC requires avatar strings, so a member without one gets the generic image.';
+grant execute on function app.image_urls_text(text, text) to authenticated, service_role;
+
 create function app.image_urls(base_url text, folder text, key text)
 returns jsonb
 language sql
 stable
 parallel safe
 as $$
-  select case
-    when key is null then jsonb_build_object(
-      'small', base_url || '/assets/default-' || folder || '-small.png',
-      'medium', base_url || '/assets/default-' || folder || '-medium.png',
-      'large', base_url || '/assets/default-' || folder || '-large.png')
-    else jsonb_build_object(
-      'small', base_url || '/storage/' || key || '?size=small',
-      'medium', base_url || '/storage/' || key || '?size=medium',
-      'large', base_url || '/storage/' || key || '?size=large')
-  end
+  select app.resolve_urls_at(app.image_urls_text(folder, key), base_url)::jsonb
 $$;
 comment on function app.image_urls(text, text, text) is
-  'Inlined (no SET clause, no table access). The small/medium/large URLs of an avatar, logo or header under base_url (app.public_url(), read once per statement by the caller). Why defaults instead of null: SPEC requires avatar strings, so a member without one gets the generic image.';
+  'Inlined (no SET clause, no table access). app.image_urls_text under base_url, as jsonb: one definition of the image URLs for the renderings kept on write and the rest.';
 grant execute on function app.image_urls(text, text, text) to authenticated, service_role;
 
 create function app.image_set(folder text, key text)
@@ -59,23 +157,248 @@ comment on function app.initials(text) is
   'Inlined (no SET clause, no table access). What a default image shows: the first letters of the first two words, or the first two letters of one word, A-Z and 0-9 only (the bitmap font of functions/web/images.ts); `_` when none is left.';
 grant execute on function app.initials(text) to authenticated, service_role;
 
+create function app.picture_urls_text(folder text, key text, label text, color text)
+returns text
+language plpgsql
+immutable
+parallel safe
+set search_path = ''
+as $$
+declare
+  generated_path text;
+begin
+  if key is not null then
+    return app.image_urls_text(folder, key);
+  end if;
+  -- The colour and the initials once for the three sizes: their regular expressions are most of
+  -- what rendering a card costs a write.
+  generated_path := coalesce(upper(substring(color, '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png';
+  return '{"small":' || app.json_url(chr(1), '/assets/' || folder || '/small/' || generated_path)
+    || ',"medium":' || app.json_url(chr(1), '/assets/' || folder || '/medium/' || generated_path)
+    || ',"large":' || app.json_url(chr(1), '/assets/' || folder || '/large/' || generated_path) || '}';
+end;
+$$;
+comment on function app.picture_urls_text(text, text, text, text) is
+  'The small/medium/large URLs of an avatar or logo as JSON text with the public URL''s marker: the uploaded image (app.image_urls_text) or, without one, a generated PNG of the label''s initials on the colour (#RRGGBB; grey when it is not one), which the API serves at /assets/{folder}/{size}/{RRGGBB}/{initials}.png. The URL names everything the image shows, so it is cached for good and changes with the name or colour.';
+grant execute on function app.picture_urls_text(text, text, text, text) to authenticated, service_role;
+
 create function app.picture_urls(base_url text, folder text, key text, label text, color text)
 returns jsonb
 language sql
 stable
 parallel safe
 as $$
-  select case
-    when key is not null then app.image_urls(base_url, folder, key)
-    else jsonb_build_object(
-      'small', base_url || '/assets/' || folder || '/small/' || coalesce(upper(substring(color, '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png',
-      'medium', base_url || '/assets/' || folder || '/medium/' || coalesce(upper(substring(color, '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png',
-      'large', base_url || '/assets/' || folder || '/large/' || coalesce(upper(substring(color, '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png')
-  end
+  select app.resolve_urls_at(app.picture_urls_text(folder, key, label, color), base_url)::jsonb
 $$;
 comment on function app.picture_urls(text, text, text, text, text) is
-  'Inlined (no SET clause, no table access). The small/medium/large URLs of an avatar or logo: the uploaded image (app.image_urls) or, without one, a generated PNG of the label''s initials on the colour (#RRGGBB; grey when it is not one), which the API serves at /assets/{folder}/{size}/{RRGGBB}/{initials}.png. The URL names everything the image shows, so it is cached for good and changes with the name or colour.';
+  'Inlined (no SET clause, no table access). app.picture_urls_text under base_url, as jsonb (the web pages'' images).';
 grant execute on function app.picture_urls(text, text, text, text, text) to authenticated, service_role;
+
+-- ============================================================================
+-- Renderings kept on write (issue 27)
+-- ============================================================================
+-- What does not depend on the viewer or the clock is rendered when its row is written, as
+-- stored generated columns: PostgreSQL computes them in the statement that inserts or updates
+-- the row, from that row alone, so no read can ever see a rendering older than the row it
+-- reads, and nothing else has to remember to refresh them. A page joins them as text
+-- (app.todos_text), adding only what depends on the viewer and the clock.
+--
+-- What keeps each fresh, and why each lives where it does:
+--   app.users.card          any update of the member's row: profile fields, avatar, header,
+--                           privacy, subscription, and the counters todos_count,
+--                           followers_count, best_streak, which posts and follows already
+--                           update on that row (so a post re-renders its author's card once,
+--                           in the update it makes anyway). Not in it: streak and streaking
+--                           (the clock), following, follows_you, follow_requested,
+--                           dismissed_time_zone (the viewer): app.user_text adds them.
+--   app.users.mention_card  the same row (the slim shape of mentions and notification actors).
+--   app.projects.card       any update of the project's row: fields, logo, header, privacy,
+--                           archived, followers_count. Not in it: owner and makers (users
+--                           rendered for the viewer), todos_count (what the viewer may see),
+--                           following, follow_requested: app.project_text adds them.
+--   app.projects.mention_card  the same row.
+--   app.uploads.card        the attachment: attaching (attached_at), measuring (width, height),
+--                           the detected type.
+-- The card functions are PL/pgSQL: a generated column's SQL function is parsed and planned again
+-- by every statement that writes the row (2-3 ms for these bodies, measured), while PL/pgSQL
+-- keeps the planned expression for the session (tens of microseconds a row).
+-- A profile edit therefore rewrites one row, whatever the member has written: every todo, mention
+-- and reaction joins the member's card by id when it is read (issue 27: a member with 100k todos
+-- must not rewrite 100k rows). A todo's own fields (id, times, body, url, counters) are
+-- written out from the row the page reads anyway: 0.02 ms a todo; a stored copy would add a
+-- third to every todo row (docs/performance.md, *Render once*).
+
+create function app.user_card(id uuid, username text, first_name text, last_name text, bio text, location text, website_url text, time_zone text, privacy app.privacy, subscription_active boolean, avatar_key text, header_key text, header_color text, todos_count integer, followers_count integer, best_streak integer, created_at timestamptz, updated_at timestamptz)
+returns text
+language plpgsql
+immutable
+parallel safe
+set search_path = ''
+as $$
+begin
+  return '"id":"' || app.to_public_id('user', id) || '"'
+    || ',"username":' || app.json_text(username)
+    || ',"best_streak":' || best_streak
+    || ',"created_at":' || app.json_time(created_at)
+    || ',"updated_at":' || app.json_time(updated_at)
+    || ',"privacy":' || app.json_text(privacy::text)
+    || ',"protected":' || (privacy <> 'public')
+    || ',"first_name":' || app.json_text(first_name)
+    || ',"last_name":' || app.json_text(last_name)
+    || ',"bio":' || app.json_text(bio)
+    || ',"location":' || app.json_text(location)
+    || ',"website_url":' || app.json_text(website_url)
+    || ',"todos_count":' || todos_count
+    || ',"time_zone":' || app.json_text(time_zone)
+    || ',"url":' || app.json_url(chr(2), '/@' || username)
+    || ',"avatar":' || app.picture_urls_text('avatar', avatar_key, coalesce(nullif(btrim(concat_ws(' ', first_name, last_name)), ''), username), coalesce(header_color, app.default_header_color(id)))
+    || ',"header":' || case when header_key is not null then app.image_urls_text('header', header_key) else 'null' end
+    || ',"header_color":' || app.json_text(coalesce(header_color, app.default_header_color(id)))
+    || ',"followers_count":' || followers_count
+    || ',"pro":' || subscription_active;
+end;
+$$;
+comment on function app.user_card(uuid, text, text, text, text, text, text, text, app.privacy, boolean, text, text, text, integer, integer, integer, timestamp with time zone, timestamp with time zone) is
+  'The members of a User''s JSON object that depend on the member''s row alone, as JSON text without braces, URLs with markers: the generation expression of app.users.card. protected: privacy is not public. Without an uploaded avatar, the avatar is the member''s initials on their header colour. Immutable (given the row, always the same text), as a generated column requires.';
+grant execute on function app.user_card(uuid, text, text, text, text, text, text, text, app.privacy, boolean, text, text, text, integer, integer, integer, timestamp with time zone, timestamp with time zone) to authenticated, service_role;
+
+create function app.user_mention_card(id uuid, username text, first_name text, last_name text, avatar_key text, header_color text)
+returns text
+language plpgsql
+immutable
+parallel safe
+set search_path = ''
+as $$
+begin
+  return '{"id":"' || app.to_public_id('user', id) || '"'
+    || ',"username":' || app.json_text(username)
+    || ',"first_name":' || app.json_text(first_name)
+    || ',"last_name":' || app.json_text(last_name)
+    || ',"url":' || app.json_url(chr(2), '/@' || username)
+    || ',"avatar":' || app.picture_urls_text('avatar', avatar_key, coalesce(nullif(btrim(concat_ws(' ', first_name, last_name)), ''), username), coalesce(header_color, app.default_header_color(id)))
+    || '}';
+end;
+$$;
+comment on function app.user_mention_card(uuid, text, text, text, text, text) is
+  'The slim MentionedUser shape (mentions, notification actors) as JSON text with URL markers: the generation expression of app.users.mention_card. No counters, so it changes only with the name, username or avatar.';
+grant execute on function app.user_mention_card(uuid, text, text, text, text, text) to authenticated, service_role;
+
+alter table app.users add column card text generated always as (app.user_card(id, username, first_name, last_name, bio, location, website_url, time_zone, privacy, subscription_active, avatar_key, header_key, header_color, todos_count, followers_count, best_streak, created_at, updated_at)) stored;
+comment on column app.users.card is
+  'Rendered on write (issue 27): the User fields that depend on this row alone (app.user_card), recomputed by every update of the row. Read with app.user_text, which adds the viewer''s and the clock''s.';
+alter table app.users add column mention_card text generated always as (app.user_mention_card(id, username, first_name, last_name, avatar_key, header_color)) stored;
+comment on column app.users.mention_card is
+  'Rendered on write (issue 27): the MentionedUser object (app.user_mention_card), recomputed by every update of the row.';
+
+create function app.project_card(id uuid, slug text, name text, pitch text, description text, hashtag text, website_url text, github_url text, privacy app.privacy, archived boolean, logo_key text, header_key text, header_color text, followers_count integer, created_at timestamptz, updated_at timestamptz)
+returns text
+language plpgsql
+immutable
+parallel safe
+set search_path = ''
+as $$
+begin
+  return '"id":"' || app.to_public_id('proj', id) || '"'
+    || ',"slug":' || app.json_text(slug)
+    || ',"name":' || app.json_text(name)
+    || ',"pitch":' || app.json_text(pitch)
+    || ',"description":' || app.json_text(description)
+    || ',"created_at":' || app.json_time(created_at)
+    || ',"updated_at":' || app.json_time(updated_at)
+    || ',"hashtag":' || app.json_text(hashtag)
+    || ',"website_url":' || app.json_text(website_url)
+    || ',"github_url":' || app.json_text(github_url)
+    || ',"privacy":' || app.json_text(privacy::text)
+    || ',"protected":' || (privacy = 'protected')
+    || ',"archived":' || archived
+    || ',"url":' || app.json_url(chr(2), '/projects/' || coalesce(slug, app.to_public_id('proj', id)))
+    || ',"logo":' || app.picture_urls_text('logo', logo_key, name, coalesce(header_color, app.default_header_color(id)))
+    || ',"header":' || case when header_key is not null then app.image_urls_text('header', header_key) else 'null' end
+    || ',"header_color":' || app.json_text(coalesce(header_color, app.default_header_color(id)))
+    || ',"followers_count":' || followers_count;
+end;
+$$;
+comment on function app.project_card(uuid, text, text, text, text, text, text, text, app.privacy, boolean, text, text, text, integer, timestamp with time zone, timestamp with time zone) is
+  'The members of a Project''s JSON object that depend on the project''s row alone, as JSON text without braces, URLs with markers: the generation expression of app.projects.card. protected: privacy is protected (issue 28: clients read it as a boolean). Without an uploaded logo, the logo is the project''s initials on its header colour.';
+grant execute on function app.project_card(uuid, text, text, text, text, text, text, text, app.privacy, boolean, text, text, text, integer, timestamp with time zone, timestamp with time zone) to authenticated, service_role;
+
+create function app.project_mention_card(id uuid, slug text, name text, hashtag text, logo_key text, header_color text)
+returns text
+language plpgsql
+immutable
+parallel safe
+set search_path = ''
+as $$
+begin
+  return '{"id":"' || app.to_public_id('proj', id) || '"'
+    || ',"slug":' || app.json_text(slug)
+    || ',"name":' || app.json_text(name)
+    || ',"hashtag":' || app.json_text(hashtag)
+    || ',"url":' || app.json_url(chr(2), '/projects/' || coalesce(slug, app.to_public_id('proj', id)))
+    || ',"logo":' || app.picture_urls_text('logo', logo_key, name, coalesce(header_color, app.default_header_color(id)))
+    || '}';
+end;
+$$;
+comment on function app.project_mention_card(uuid, text, text, text, text, text) is
+  'The slim MentionedProject shape as JSON text with URL markers: the generation expression of app.projects.mention_card. No makers or counters, so a todo with many #tags stays cheap.';
+grant execute on function app.project_mention_card(uuid, text, text, text, text, text) to authenticated, service_role;
+
+alter table app.projects add column card text generated always as (app.project_card(id, slug, name, pitch, description, hashtag, website_url, github_url, privacy, archived, logo_key, header_key, header_color, followers_count, created_at, updated_at)) stored;
+comment on column app.projects.card is
+  'Rendered on write (issue 27): the Project fields that depend on this row alone (app.project_card), recomputed by every update of the row. Read with app.project_text, which adds owner, makers, todos_count and the viewer''s follow.';
+alter table app.projects add column mention_card text generated always as (app.project_mention_card(id, slug, name, hashtag, logo_key, header_color)) stored;
+comment on column app.projects.mention_card is
+  'Rendered on write (issue 27): the MentionedProject object (app.project_mention_card), recomputed by every update of the row.';
+
+create function app.attachment_card(id uuid, attached_at timestamptz, updated_at timestamptz, key text, detected_type text, content_type text, filename text, width integer, height integer)
+returns text
+language plpgsql
+immutable
+parallel safe
+set search_path = ''
+as $$
+begin
+  return '{"id":"' || app.to_public_id('att', id) || '"'
+    || ',"created_at":' || app.json_time(attached_at)
+    || ',"updated_at":' || app.json_time(updated_at)
+    || ',"url":' || app.json_url(chr(1), '/files/' || key)
+    || ',"mime_type":' || app.json_text(coalesce(detected_type, content_type))
+    || ',"filename":' || app.json_text(filename)
+    || ',"width":' || coalesce(width::text, 'null')
+    || ',"height":' || coalesce(height::text, 'null')
+    || ',"aspect_ratio":' || coalesce(round(width::numeric / height, 4)::text, 'null')
+    || '}';
+end;
+$$;
+comment on function app.attachment_card(uuid, timestamp with time zone, timestamp with time zone, text, text, text, text, integer, integer) is
+  'An Attachment as JSON text with the public URL''s marker: the generation expression of app.uploads.card. width, height and aspect_ratio (width / height) are read from the stored image; null when it is not an image storage could measure.';
+grant execute on function app.attachment_card(uuid, timestamp with time zone, timestamp with time zone, text, text, text, text, integer, integer) to authenticated, service_role;
+
+alter table app.uploads add column card text generated always as (app.attachment_card(id, attached_at, updated_at, key, detected_type, content_type, filename, width, height)) stored;
+comment on column app.uploads.card is
+  'Rendered on write (issue 27): the Attachment object (app.attachment_card), recomputed by every update of the row (attaching, measuring, the detected type).';
+
+-- ============================================================================
+-- Users
+-- ============================================================================
+create function app.user_text(u app.users, local_today date, viewer_id uuid, following boolean, follows_you boolean, follow_requested boolean)
+returns text
+language sql
+stable
+parallel safe
+as $$
+  select '{' || u.card
+    || ',"streak":' || case when u.streak_last_day >= local_today - 1 then u.streak_length else 0 end
+    || ',"streaking":' || coalesce(u.streak_last_day >= local_today, false)
+    || ',"following":' || coalesce(following, false)
+    || ',"follows_you":' || coalesce(follows_you, false)
+    || ',"follow_requested":' || coalesce(follow_requested, false)
+    || case when u.id = viewer_id then ',"dismissed_time_zone":' || app.json_text(u.dismissed_time_zone) else '' end
+    || '}'
+$$;
+comment on function app.user_text(app.users, date, uuid, boolean, boolean, boolean) is
+  'Inlined (no SET clause, no table access). The User shape as JSON text with URL markers: the card kept on write (app.users.card) and what depends on the viewer and the clock: local_today (today in the member''s zone), the viewer and the three follow flags (following and follows_you: approved follows; follow_requested: the viewer''s request to follow them is pending). streak: the run ending today or yesterday in the member''s zone (0 otherwise); streaking: today is covered. dismissed_time_zone only for the viewer themself.';
+grant execute on function app.user_text(app.users, date, uuid, boolean, boolean, boolean) to authenticated, service_role;
 
 create function app.user_json_body(u app.users, local_today date, viewer_id uuid, base_url text, following boolean, follows_you boolean, follow_requested boolean)
 returns jsonb
@@ -83,36 +406,10 @@ language sql
 stable
 parallel safe
 as $$
-  select jsonb_build_object(
-    'id', app.to_public_id('user', u.id),
-    'username', u.username,
-    'streak', case when u.streak_last_day >= local_today - 1 then u.streak_length else 0 end,
-    'best_streak', u.best_streak,
-    'streaking', coalesce(u.streak_last_day >= local_today, false),
-    'created_at', u.created_at,
-    'updated_at', u.updated_at,
-    'privacy', u.privacy,
-    'protected', u.privacy <> 'public',
-    'first_name', u.first_name,
-    'last_name', u.last_name,
-    'bio', u.bio,
-    'location', u.location,
-    'website_url', u.website_url,
-    'todos_count', u.todos_count,
-    'time_zone', u.time_zone,
-    'url', app.web_url() || '/@' || u.username,
-    'avatar', app.picture_urls(base_url, 'avatar', u.avatar_key, coalesce(nullif(btrim(concat_ws(' ', u.first_name, u.last_name)), ''), u.username), coalesce(u.header_color, app.default_header_color(u.id))),
-    'header', case when u.header_key is not null then app.image_urls(base_url, 'header', u.header_key) end,
-    'header_color', coalesce(u.header_color, app.default_header_color(u.id)),
-    'followers_count', u.followers_count,
-    'following', following,
-    'follows_you', follows_you,
-    'follow_requested', follow_requested,
-    'pro', u.subscription_active
-  ) || case when u.id = viewer_id then jsonb_build_object('dismissed_time_zone', u.dismissed_time_zone) else '{}'::jsonb end
+  select app.resolve_urls_at(app.user_text(u, local_today, viewer_id, following, follows_you, follow_requested), base_url)::jsonb
 $$;
 comment on function app.user_json_body(app.users, date, uuid, text, boolean, boolean, boolean) is
-  'Inlined (no SET clause, no table access). The User shape, given what depends on the viewer and the clock: local_today (today in the member''s zone), the viewer, the public URL and the three follow flags (following and follows_you: approved follows; follow_requested: the viewer''s request to follow them is pending). streak: the run ending today or yesterday in the member''s zone (0 otherwise); streaking: today is covered. dismissed_time_zone only for the viewer themself.';
+  'Inlined (no SET clause, no table access). app.user_text under base_url, as jsonb, for the renderers that still build jsonb (one user at a time).';
 grant execute on function app.user_json_body(app.users, date, uuid, text, boolean, boolean, boolean) to authenticated, service_role;
 
 create function app.user_json(u app.users)
@@ -152,16 +449,10 @@ language sql
 stable
 parallel safe
 as $$
-  select jsonb_build_object(
-    'id', app.to_public_id('user', u.id),
-    'username', u.username,
-    'first_name', u.first_name,
-    'last_name', u.last_name,
-    'url', app.web_url() || '/@' || u.username,
-    'avatar', app.picture_urls(base_url, 'avatar', u.avatar_key, coalesce(nullif(btrim(concat_ws(' ', u.first_name, u.last_name)), ''), u.username), coalesce(u.header_color, app.default_header_color(u.id))))
+  select app.resolve_urls_at(u.mention_card, base_url)::jsonb
 $$;
 comment on function app.mentioned_user_json_body(app.users, text) is
-  'Inlined (no SET clause, no table access). The slim MentionedUser shape (mentions, notification actors): no counters, so it costs one row read.';
+  'Inlined (no SET clause, no table access). The slim MentionedUser shape (mentions, notification actors): the card kept on write (app.users.mention_card) under base_url.';
 grant execute on function app.mentioned_user_json_body(app.users, text) to authenticated, service_role;
 
 create function app.mentioned_user_json(u app.users)
@@ -176,8 +467,8 @@ comment on function app.mentioned_user_json(app.users) is
   'The slim MentionedUser shape of one row (app.mentioned_user_json_body at this deployment''s public URL).';
 grant execute on function app.mentioned_user_json(app.users) to authenticated, service_role;
 
-create function app.users_json(ids uuid[])
-returns table(id uuid, body jsonb)
+create function app.users_text(ids uuid[])
+returns table(id uuid, username text, body text)
 language plpgsql
 stable
 set search_path = ''
@@ -185,7 +476,6 @@ set plan_cache_mode = 'force_generic_plan'
 as $$
 declare
   viewer_id uuid := auth.uid();
-  base_url text := app.public_url();
 begin
   -- Profiles and follow relations are visible to every member, so this reads under the
   -- caller's policies (both are `true`; the viewer's own follow requests are visible to them).
@@ -195,8 +485,8 @@ begin
       select z.time_zone, (now() at time zone z.time_zone)::date as local_today
       from (select distinct u.time_zone from app.users u where u.id = any (ids)) z
     )
-    select u.id, app.user_json_body(u, z.local_today, viewer_id, base_url,
-                                    fo.follower_id is not null, fy.follower_id is not null, fr.requester_id is not null)
+    select u.id, u.username, app.user_text(u, z.local_today, viewer_id,
+                                           fo.follower_id is not null, fy.follower_id is not null, fr.requester_id is not null)
     from app.users u
     join zones z on z.time_zone = u.time_zone
     left join app.user_follows fo on fo.follower_id = viewer_id and fo.followee_id = u.id
@@ -205,47 +495,45 @@ begin
     where u.id = any (ids);
 end;
 $$;
+comment on function app.users_text(uuid[]) is
+  'The users with these ids as the API renders them for the current viewer, as JSON text with URL markers (app.user_text), one row each with the username to order by (unordered; unknown ids are skipped): one statement for the whole set, the three follow flags from three joins instead of three subqueries per user.';
+grant execute on function app.users_text(uuid[]) to authenticated, service_role;
+
+create function app.users_json(ids uuid[])
+returns table(id uuid, body jsonb)
+language sql
+stable
+set search_path = ''
+as $$
+  select u.id, app.resolve_urls(u.body)::jsonb from app.users_text(ids) u
+$$;
 comment on function app.users_json(uuid[]) is
-  'The users with these ids as the API renders them for the current viewer, one row each (unordered; unknown ids are skipped): one statement for the whole set, with the three follow flags from three joins instead of three subqueries per user.';
+  'app.users_text as jsonb, URLs in place, for the renderers that still build jsonb (the user search and follower lists).';
 grant execute on function app.users_json(uuid[]) to authenticated, service_role;
 
-create function app.project_json_body(p app.projects, base_url text, owner jsonb, makers jsonb, following boolean, follow_requested boolean, todos_count bigint)
-returns jsonb
+-- ============================================================================
+-- Projects
+-- ============================================================================
+create function app.project_text(p app.projects, owner text, makers text, following boolean, follow_requested boolean, todos_count bigint)
+returns text
 language sql
 stable
 parallel safe
 as $$
-  select jsonb_build_object(
-    'id', app.to_public_id('proj', p.id),
-    'slug', p.slug,
-    'name', p.name,
-    'pitch', p.pitch,
-    'description', p.description,
-    'created_at', p.created_at,
-    'updated_at', p.updated_at,
-    'hashtag', p.hashtag,
-    'website_url', p.website_url,
-    'github_url', p.github_url,
-    'privacy', p.privacy,
-    'protected', p.privacy = 'protected',
-    'archived', p.archived,
-    'url', app.web_url() || '/projects/' || coalesce(p.slug, app.to_public_id('proj', p.id)),
-    'logo', app.picture_urls(base_url, 'logo', p.logo_key, p.name, coalesce(p.header_color, app.default_header_color(p.id))),
-    'header', case when p.header_key is not null then app.image_urls(base_url, 'header', p.header_key) end,
-    'header_color', coalesce(p.header_color, app.default_header_color(p.id)),
-    'owner', owner,
-    'makers', makers,
-    'followers_count', p.followers_count,
-    'todos_count', todos_count,
-    'following', following,
-    'follow_requested', follow_requested)
+  select '{' || p.card
+    || ',"owner":' || coalesce(owner, 'null')
+    || ',"makers":[' || coalesce(makers, '') || ']'
+    || ',"todos_count":' || coalesce(todos_count, 0)
+    || ',"following":' || coalesce(following, false)
+    || ',"follow_requested":' || coalesce(follow_requested, false)
+    || '}'
 $$;
-comment on function app.project_json_body(app.projects, text, jsonb, jsonb, boolean, boolean, bigint) is
-  'Inlined (no SET clause, no table access). The Project shape, given its rendered owner and makers, whether the viewer follows it (approved), whether their request to follow it is pending, and how many of its todos the viewer may see (app.visible_project_todos). protected: privacy is protected (issue 28: clients read it as a boolean). Without an uploaded logo, the logo is the project''s initials on its header colour (app.picture_urls).';
-grant execute on function app.project_json_body(app.projects, text, jsonb, jsonb, boolean, boolean, bigint) to authenticated, service_role;
+comment on function app.project_text(app.projects, text, text, boolean, boolean, bigint) is
+  'Inlined (no SET clause, no table access). The Project shape as JSON text with URL markers: the card kept on write (app.projects.card), its rendered owner and makers (users as the viewer sees them; makers comma-separated), how many of its todos the viewer may see (app.visible_project_todos), whether the viewer follows it (approved) and whether their request to follow it is pending.';
+grant execute on function app.project_text(app.projects, text, text, boolean, boolean, bigint) to authenticated, service_role;
 
-create function app.projects_json(ids uuid[])
-returns table(id uuid, body jsonb)
+create function app.projects_text(ids uuid[])
+returns table(id uuid, body text)
 language plpgsql
 stable
 security definer
@@ -254,7 +542,6 @@ set plan_cache_mode = 'force_generic_plan'
 as $$
 declare
   viewer_id uuid := auth.uid();
-  base_url text := app.public_url();
 begin
   return query
     with listed as materialized (
@@ -266,24 +553,36 @@ begin
       select m.project_id, m.user_id, m.created_at from app.project_makers m
       where m.project_id in (select l.id from listed l) and m.accepted
     ), people as materialized (
-      select pe.id, pe.body from app.users_json(array(
+      select pe.id, pe.username, pe.body from app.users_text(array(
         select l.owner_id from listed l union select m.user_id from makers m)) pe
     ), counted as materialized (
       select vt.project_id, vt.todos from app.visible_project_todos(array(select l.id from listed l)) vt
     )
-    select p.id, app.project_json_body(p, base_url,
+    select p.id, app.project_text(p,
       (select o.body from people o where o.id = p.owner_id),
-      coalesce((select jsonb_agg(mu.body order by m.user_id = p.owner_id desc, m.created_at, lower(mu.body ->> 'username'))
-                from makers m join people mu on mu.id = m.user_id where m.project_id = p.id), '[]'::jsonb),
+      (select string_agg(mu.body, ',' order by m.user_id = p.owner_id desc, m.created_at, lower(mu.username))
+         from makers m join people mu on mu.id = m.user_id where m.project_id = p.id),
       exists (select 1 from app.project_follows f where f.project_id = p.id and f.user_id = viewer_id),
       exists (select 1 from app.project_follow_requests r where r.user_id = viewer_id and r.project_id = p.id),
-      coalesce((select c.todos from counted c where c.project_id = p.id), 0))
+      (select c.todos from counted c where c.project_id = p.id))
     from app.projects p
     where p.id in (select l.id from listed l);
 end;
 $$;
+comment on function app.projects_text(uuid[]) is
+  'The projects with these ids that the current viewer may see, as the API renders them (app.project_text: JSON text with URL markers), one row each (unordered; others are skipped). Makers list the owner first, then in the order they joined; following and follow_requested are the viewer''s approved follow and pending request; todos_count the project''s todos the viewer may see, from counters (app.visible_project_todos). Security definer so makers, follows and requests are read once for the set instead of through a policy per row; visibility is app.can_see_project, the function the projects policy calls, and it acts only for auth.uid().';
+grant execute on function app.projects_text(uuid[]) to authenticated, service_role;
+
+create function app.projects_json(ids uuid[])
+returns table(id uuid, body jsonb)
+language sql
+stable
+set search_path = ''
+as $$
+  select p.id, app.resolve_urls(p.body)::jsonb from app.projects_text(ids) p
+$$;
 comment on function app.projects_json(uuid[]) is
-  'The projects with these ids that the current viewer may see, as the API renders them, one row each (unordered; others are skipped). Makers list the owner first, then in the order they joined; following and follow_requested are the viewer''s approved follow and pending request; todos_count the project''s todos the viewer may see, from counters (app.visible_project_todos). Security definer so makers, follows and requests are read once for the set instead of through a policy per row; visibility is app.can_see_project, the function the projects policy calls, and it acts only for auth.uid().';
+  'app.projects_text as jsonb, URLs in place, for the renderers that still build jsonb.';
 grant execute on function app.projects_json(uuid[]) to authenticated, service_role;
 
 create function app.project_json(p app.projects)
@@ -304,16 +603,10 @@ language sql
 stable
 parallel safe
 as $$
-  select jsonb_build_object(
-    'id', app.to_public_id('proj', p.id),
-    'slug', p.slug,
-    'name', p.name,
-    'hashtag', p.hashtag,
-    'url', app.web_url() || '/projects/' || coalesce(p.slug, app.to_public_id('proj', p.id)),
-    'logo', app.picture_urls(base_url, 'logo', p.logo_key, p.name, coalesce(p.header_color, app.default_header_color(p.id))))
+  select app.resolve_urls_at(p.mention_card, base_url)::jsonb
 $$;
 comment on function app.mentioned_project_json_body(app.projects, text) is
-  'Inlined (no SET clause, no table access). The slim MentionedProject shape: no makers or counters, so a todo with many #tags stays cheap.';
+  'Inlined (no SET clause, no table access). The slim MentionedProject shape: the card kept on write (app.projects.mention_card) under base_url.';
 grant execute on function app.mentioned_project_json_body(app.projects, text) to authenticated, service_role;
 
 create function app.mentioned_project_json(p app.projects)
@@ -342,6 +635,21 @@ $$;
 comment on function app.page_envelope(jsonb, boolean, bigint, text) is
   'Inlined (no SET clause, no table access; stable, as jsonb_build_object is, or it would not be inlined). The envelope every paginated list returns: data, has_more, total_count, after (the id of the last item, to pass as starting_after; null on the last page). Why the last id as cursor: clients already hold it, and SPEC''s conversations list treats the cursor as an item that must exist.';
 grant execute on function app.page_envelope(jsonb, boolean, bigint, text) to authenticated, service_role;
+
+create function app.page_envelope_text(data text, has_more boolean, total_count bigint, last_id text)
+returns json
+language sql
+stable
+as $$
+  select ('{"data":' || coalesce(data, '[]')
+    || ',"has_more":' || has_more
+    || ',"total_count":' || coalesce(total_count::text, 'null')
+    || ',"after":' || case when has_more then app.json_text(last_id) else 'null' end
+    || '}')::json
+$$;
+comment on function app.page_envelope_text(text, boolean, bigint, text) is
+  'Inlined (no SET clause, no table access). app.page_envelope around data given as JSON text (an array, URLs in place), as json: the todo lists send their page as the text it was concatenated into (issue 27), never parsed into jsonb and printed again.';
+grant execute on function app.page_envelope_text(text, boolean, bigint, text) to authenticated, service_role;
 
 create function app.project_page(maker_id uuid, page_limit integer, starting_after text)
 returns jsonb
@@ -387,22 +695,22 @@ comment on function app.project_page(uuid, integer, text) is
   'One page of projects visible to the viewer, newest first, optionally only those maker_id makes. Keyset on (created_at, id); the cursor is the last project''s id.';
 grant execute on function app.project_page(uuid, integer, text) to authenticated;
 
-create function app.reaction_json_body(r app.reactions, reactor jsonb)
-returns jsonb
+create function app.reaction_text(r app.reactions, reactor text)
+returns text
 language sql
 stable
 parallel safe
 as $$
-  select jsonb_build_object(
-    'id', app.to_public_id('reac', r.id),
-    'created_at', r.created_at,
-    'reactable_type', case when r.todo_id is not null then 'Todo' else 'Comment' end,
-    'reactable_id', case when r.todo_id is not null then app.to_public_id('todo', r.todo_id) else app.to_public_id('comm', r.comment_id) end,
-    'reactor', reactor)
+  select '{"id":"' || app.to_public_id('reac', r.id) || '"'
+    || ',"created_at":' || app.json_time(r.created_at)
+    || ',"reactable_type":' || case when r.todo_id is not null then '"Todo"' else '"Comment"' end
+    || ',"reactable_id":"' || case when r.todo_id is not null then app.to_public_id('todo', r.todo_id) else app.to_public_id('comm', r.comment_id) end || '"'
+    || ',"reactor":' || coalesce(reactor, 'null')
+    || '}'
 $$;
-comment on function app.reaction_json_body(app.reactions, jsonb) is
-  'Inlined (no SET clause, no table access). The Reaction shape, given its rendered reactor.';
-grant execute on function app.reaction_json_body(app.reactions, jsonb) to authenticated, service_role;
+comment on function app.reaction_text(app.reactions, text) is
+  'Inlined (no SET clause, no table access). The Reaction shape as JSON text, given its rendered reactor (JSON text).';
+grant execute on function app.reaction_text(app.reactions, text) to authenticated, service_role;
 
 create function app.reaction_json(r app.reactions)
 returns jsonb
@@ -410,10 +718,10 @@ language sql
 stable
 set search_path = ''
 as $$
-  select app.reaction_json_body(r, (select app.user_json(u) from app.users u where u.id = r.user_id))
+  select app.resolve_urls(app.reaction_text(r, (select u.body from app.users_text(array[r.user_id]) u)))::jsonb
 $$;
 comment on function app.reaction_json(app.reactions) is
-  'A reaction as the API renders it, with its reactor (app.reaction_json_body).';
+  'A reaction as the API renders it, with its reactor as the current viewer sees them (app.reaction_text).';
 grant execute on function app.reaction_json(app.reactions) to authenticated;
 
 create function app.attachment_json(u app.uploads)
@@ -422,23 +730,14 @@ language sql
 stable
 set search_path = ''
 as $$
-  select jsonb_build_object(
-    'id', app.to_public_id('att', u.id),
-    'created_at', u.attached_at,
-    'updated_at', u.updated_at,
-    'url', app.public_url() || '/files/' || u.key,
-    'mime_type', coalesce(u.detected_type, u.content_type),
-    'filename', u.filename,
-    'width', u.width,
-    'height', u.height,
-    'aspect_ratio', case when u.width is not null and u.height is not null then round(u.width::numeric / u.height, 4) end)
+  select app.resolve_urls(u.card)::jsonb
 $$;
 comment on function app.attachment_json(app.uploads) is
-  'An attachment as the API renders it. width, height and aspect_ratio (width / height) are read from the stored image; null when it is not an image storage could measure.';
+  'An attachment as the API renders it: the card kept on write (app.uploads.card), URLs in place.';
 grant execute on function app.attachment_json(app.uploads) to authenticated;
 
-create function app.todos_json(ids uuid[], expand_reactions boolean)
-returns jsonb
+create function app.todos_text(ids uuid[], expand_reactions boolean)
+returns text
 language plpgsql
 stable
 security definer
@@ -447,14 +746,16 @@ set plan_cache_mode = force_generic_plan
 as $$
 declare
   viewer_id uuid := auth.uid();
-  base_url text := app.public_url();
 begin
   return (
     with visible_authors as materialized (
       select a.user_id from (select distinct t.user_id from app.todos t where t.id = any (ids)) a
       where app.can_see_member_content(a.user_id, viewer_id)
     ), page as materialized (
-      select t.*, o.n from unnest(ids) with ordinality o(id, n)
+      -- The columns the page shows, not the row: a todo's words (search) would be copied too.
+      select t.id, t.user_id, t.project_id, t.created_at, t.updated_at, t.body, t.number,
+             t.reactions_count, t.comments_count, o.n
+      from unnest(ids) with ordinality o(id, n)
       join app.todos t on t.id = o.id
       where t.user_id in (select va.user_id from visible_authors va)
     ), shown_reactions as materialized (
@@ -474,51 +775,52 @@ begin
         order by r.created_at desc, r.id desc limit 5) l(r)
       where expand_reactions
     ), people as materialized (
-      select pe.id, pe.body from app.users_json(array(
+      select pe.id, pe.body from app.users_text(array(
         select pt.user_id from page pt union select r.user_id from shown_reactions r)) pe
     ), owning as materialized (
-      select op.id, op.body from app.projects_json(array(
+      select op.id, op.body from app.projects_text(array(
         select distinct pt.project_id from page pt where pt.project_id is not null)) op
     ), attachments as materialized (
-      select a.todo_id, jsonb_agg(app.attachment_json(a) order by a.attached_at, a.id) as body
+      select a.todo_id, string_agg(a.card, ',' order by a.attached_at, a.id) as body
       from app.uploads a where a.todo_id in (select pt.id from page pt) group by a.todo_id
     ), project_mentions as materialized (
-      select m.todo_id, jsonb_agg(app.mentioned_project_json_body(p, base_url) order by m.position) as body
+      select m.todo_id, string_agg(p.mention_card, ',' order by m.position) as body
       from app.todo_project_mentions m join app.projects p on p.id = m.project_id
       where m.todo_id in (select pt.id from page pt) and app.can_see_project(p.id, p.privacy, viewer_id)
       group by m.todo_id
     ), user_mentions as materialized (
-      select m.todo_id, jsonb_agg(app.mentioned_user_json_body(u, base_url) order by m.position) as body
+      select m.todo_id, string_agg(u.mention_card, ',' order by m.position) as body
       from app.todo_user_mentions m join app.users u on u.id = m.user_id
       where m.todo_id in (select pt.id from page pt) group by m.todo_id
     ), my_reactions as materialized (
-      select r.todo_id, jsonb_agg(jsonb_build_object('id', app.to_public_id('reac', r.id)) order by r.created_at) as body
+      select r.todo_id, string_agg('{"id":"' || app.to_public_id('reac', r.id) || '"}', ',' order by r.created_at) as body
       from app.reactions r where r.todo_id in (select pt.id from page pt) and r.user_id = viewer_id group by r.todo_id
     ), my_comments as materialized (
-      select c.todo_id, jsonb_agg(jsonb_build_object('id', app.to_public_id('comm', c.id)) order by c.created_at, c.id) as body
+      select c.todo_id, string_agg('{"id":"' || app.to_public_id('comm', c.id) || '"}', ',' order by c.created_at, c.id) as body
       from app.comments c where c.todo_id in (select pt.id from page pt) and c.user_id = viewer_id group by c.todo_id
     ), expanded as materialized (
-      select r.todo_id, jsonb_agg(app.reaction_json_body(r.reaction, ru.body) order by r.created_at desc, r.id desc) as body
+      select r.todo_id, string_agg(app.reaction_text(r.reaction, ru.body), ',' order by r.created_at desc, r.id desc) as body
       from shown_reactions r join people ru on ru.id = r.user_id group by r.todo_id
     )
-    select jsonb_agg(jsonb_build_object(
-        'id', app.to_public_id('todo', t.id),
-        'created_at', t.created_at,
-        'updated_at', t.updated_at,
-        'body', t.body,
-        'url', app.web_url() || '/todos/' || t.number,
-        'attachments', coalesce(a.body, '[]'::jsonb),
-        'creator', c.body,
-        'creator_id', app.to_public_id('user', t.user_id),
-        'user_id', app.to_public_id('user', t.user_id),
-        'projects', case when op.body is null then '[]'::jsonb else jsonb_build_array(op.body) end,
-        'mentioned_projects', coalesce(pm.body, '[]'::jsonb),
-        'mentioned_users', coalesce(um.body, '[]'::jsonb),
-        'reactions_count', t.reactions_count,
-        'comments_count', t.comments_count,
-        'viewer', jsonb_build_object('reactions', coalesce(mr.body, '[]'::jsonb), 'comments', coalesce(mc.body, '[]'::jsonb)))
-      || case when expand_reactions then jsonb_build_object('reactions', coalesce(ex.body, '[]'::jsonb)) else '{}'::jsonb end
-      order by t.n)
+    select '[' || string_agg(
+        '{"id":"' || app.to_public_id('todo', t.id) || '"'
+        || ',"created_at":' || app.json_time(t.created_at)
+        || ',"updated_at":' || app.json_time(t.updated_at)
+        || ',"body":' || app.json_text(t.body)
+        || ',"url":' || app.json_url(chr(2), '/todos/' || t.number)
+        || ',"attachments":[' || coalesce(a.body, '') || ']'
+        || ',"creator":' || c.body
+        || ',"creator_id":"' || app.to_public_id('user', t.user_id) || '"'
+        || ',"user_id":"' || app.to_public_id('user', t.user_id) || '"'
+        || ',"projects":[' || coalesce(op.body, '') || ']'
+        || ',"mentioned_projects":[' || coalesce(pm.body, '') || ']'
+        || ',"mentioned_users":[' || coalesce(um.body, '') || ']'
+        || ',"reactions_count":' || t.reactions_count
+        || ',"comments_count":' || t.comments_count
+        || ',"viewer":{"reactions":[' || coalesce(mr.body, '') || '],"comments":[' || coalesce(mc.body, '') || ']}'
+        || case when expand_reactions then ',"reactions":[' || coalesce(ex.body, '') || ']' else '' end
+        || '}',
+        ',' order by t.n) || ']'
     from page t
     join people c on c.id = t.user_id
     left join owning op on op.id = t.project_id
@@ -530,10 +832,34 @@ begin
     left join expanded ex on ex.todo_id = t.id);
 end;
 $$;
+comment on function app.todos_text(uuid[], boolean) is
+  'The todos with these ids that the current viewer may see, as the API renders them, in the order of ids: a JSON array as text with URL markers (app.resolve_urls), null when none. Concatenated from the renderings kept on write (the creators'', reactors'', projects'' and mentions'' cards, the attachments'') and the todo''s own columns, with what depends on the viewer added here: the creator''s and reactors'' follow flags and streaks, the owning project''s makers and visible todos, which mentioned projects the viewer may see, the viewer''s reactions and comments and (expand_reactions) the newest 5 reactions the viewer may see; each read once for the whole set. A reaction is its reactor''s activity: shown to the todo''s owner, the reactor, and whoever may see the reactor''s content (app.can_see_comment''s rule: public everyone, protected followers, private nobody else); reactions_count still counts every reaction. Security definer so related rows are not filtered by a policy per row: visibility is app.can_see_member_content per distinct author (the function the todos policy calls), the reactor rule on each candidate reaction (a primary-key lookup of its reactor unless the viewer owns the todo or the reaction, no function call) and app.can_see_project for projects; mentions and attachments are visible with their todo, and the viewer''s own comments on a visible todo are visible to them (app.can_see_comment). Acts only for auth.uid().';
+grant execute on function app.todos_text(uuid[], boolean) to authenticated, service_role;
 
+create function app.todos_json(ids uuid[], expand_reactions boolean)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select app.resolve_urls(app.todos_text(ids, expand_reactions))::jsonb
+$$;
 comment on function app.todos_json(uuid[], boolean) is
-  'The todos with these ids that the current viewer may see, as the API renders them, in the order of ids (a JSON array; null when none): creators, reactors, owning projects, mentions, attachments, the viewer''s reactions and comments and (expand_reactions) the newest 5 reactions the viewer may see, each read once for the whole set. A reaction is its reactor''s activity: shown to the todo''s owner, the reactor, and whoever may see the reactor''s content (app.can_see_comment''s rule: public everyone, protected followers, private nobody else); reactions_count still counts every reaction. Security definer so related rows are not filtered by a policy per row: visibility is app.can_see_member_content per distinct author (the function the todos policy calls), the reactor rule on each candidate reaction (a primary-key lookup of its reactor unless the viewer owns the todo or the reaction, no function call) and app.can_see_project for projects; mentions and attachments are visible with their todo, and the viewer''s own comments on a visible todo are visible to them (app.can_see_comment). Acts only for auth.uid().';
+  'app.todos_text as jsonb, URLs in place: for writes that keep the rendering (the webhook outbox, the created todo) rather than send it.';
 grant execute on function app.todos_json(uuid[], boolean) to authenticated, service_role;
+
+create function app.todo_text(todo_id uuid, expand_reactions boolean default false)
+returns json
+language sql
+stable
+set search_path = ''
+as $$
+  select substr(r.page, 2, length(r.page) - 2)::json
+  from (select app.resolve_urls(app.todos_text(array[todo_id], expand_reactions)) as page) r
+$$;
+comment on function app.todo_text(uuid, boolean) is
+  'A todo as the API renders it for the current viewer, as json (text, sent as it is: GET /v1/todos/{id}); null when the viewer may not see it. The one element of app.todos_text''s array.';
+grant execute on function app.todo_text(uuid, boolean) to authenticated;
 
 create function app.todo_json(t app.todos, expand_reactions boolean default false)
 returns jsonb
@@ -574,7 +900,7 @@ comment on function app.timeline_sources(text, integer, boolean) is
 grant execute on function app.timeline_sources(text, integer, boolean) to authenticated;
 
 create function app.todo_page(scope text, scope_id uuid, filters jsonb, page_limit integer, starting_after text, expand_reactions boolean, match_cap integer default null::integer)
-returns jsonb
+returns json
 language plpgsql
 stable
 set search_path = ''
@@ -779,15 +1105,15 @@ begin
 
   has_more := cardinality(page) > page_limit;
   page := page[1:page_limit];
-  return app.page_envelope(
-    app.todos_json(page, expand_reactions),
+  return app.page_envelope_text(
+    app.resolve_urls(app.todos_text(page, expand_reactions)),
     has_more,
     total,
     app.to_public_id('todo', page[cardinality(page)]));
 end;
 $$;
 comment on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) is
-  'One page of todos visible to the viewer, newest first, rendered by app.todos_json: scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects'': a merge of each source''s own newest todos; with a full-text query, candidates merged by index, first a page and then windows of time sized by the share that matched, whose words are read newest first); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count (issue 26): unfiltered, from counters (users.todos_count, app.visible_project_todos, app.visible_todos_total, app.timeline_todos_between); with since/until, all from sealed hours (app.visible_todos_between), timeline per source, a member''s or project''s list counted; with a full-text query, matches counted up to 100. match_cap (search) limits the whole result to the newest matches. Every part costs the same whatever the number of todos and members: index walks of a page, sums over hours, counts bounded by one member''s, one project''s or the followed sources'' todos, or by the cap.';
+  'One page of todos visible to the viewer, newest first, as json text concatenated from app.todos_text (issue 27: never parsed into jsonb and printed again): scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects'': a merge of each source''s own newest todos; with a full-text query, candidates merged by index, first a page and then windows of time sized by the share that matched, whose words are read newest first); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count (issue 26): unfiltered, from counters (users.todos_count, app.visible_project_todos, app.visible_todos_total, app.timeline_todos_between); with since/until, all from sealed hours (app.visible_todos_between), timeline per source, a member''s or project''s list counted; with a full-text query, matches counted up to 100. match_cap (search) limits the whole result to the newest matches. Every part costs the same whatever the number of todos and members: index walks of a page, sums over hours, counts bounded by one member''s, one project''s or the followed sources'' todos, or by the cap.';
 grant execute on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) to authenticated;
 
 create function app.comment_json(c app.comments)

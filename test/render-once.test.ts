@@ -1,0 +1,276 @@
+// Issue 27: render once, serve many. Users, projects, mentions and attachments are rendered when
+// their row is written (stored generated columns: app.users.card and mention_card,
+// app.projects.card and mention_card, app.uploads.card) and a page is JSON text concatenated from
+// them (app.todos_text). This proves the answers did not change: the renderer as it was before
+// (test/support/reference-renderer.sql, every page built as jsonb from the tables) and the new
+// one render every todo, user and project for every member after random sequences of writes,
+// and must give the same JSON, value for value. Each comparison runs right after the writes,
+// in a new transaction: a rendering older than the committed rows it reads would differ.
+import { readFile } from 'node:fs/promises'
+import fc from 'fast-check'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { type TestWorld, startWorld } from './support/app.ts'
+import { asMember } from './support/sql.ts'
+
+let world: TestWorld
+let sql: TestWorld['sql']
+
+interface Member { id: string; username: string; apiKey: string }
+const members: Member[] = []
+const projects: string[] = []
+
+/** What a write can put in a text: quotes, backslashes, non-ASCII, emoji and control characters (chr(1) and chr(2) are the URL markers). */
+const awkward = fc.oneof(
+  fc.constantFrom('"quoted"', 'back\\slash', 'tab\there', 'new\nline', '\u0001marker', '\u0002web', 'é ü ß', '日本語', '🎉', '</script>', '{"x":1}', ''),
+  fc.string({ maxLength: 12 }).map((s) => s.replace(/\u0000/g, '')),
+)
+const maybe = <T>(arb: fc.Arbitrary<T>) => fc.option(arb, { nil: null, freq: 3 })
+const index = fc.nat({ max: 1000 })
+const privacy = fc.constantFrom('public', 'protected', 'private')
+
+type Action =
+  | { kind: 'post'; author: number; words: string; mention: number; tag: number; minutesAgo: number }
+  | { kind: 'profile'; member: number; first: string | null; last: string | null; bio: string | null; location: string | null; avatar: boolean; header: boolean; color: string | null }
+  | { kind: 'rename'; member: number; suffix: number }
+  | { kind: 'privacy'; member: number; privacy: string }
+  | { kind: 'subscription'; member: number }
+  | { kind: 'project'; project: number; name: string; slug: boolean; privacy: string; logo: boolean; archived: boolean; color: string | null }
+  | { kind: 'react'; member: number; todo: number }
+  | { kind: 'comment'; member: number; todo: number }
+  | { kind: 'follow'; a: number; b: number }
+  | { kind: 'request'; a: number; b: number }
+  | { kind: 'mute'; a: number; b: number }
+  | { kind: 'follow_project'; member: number; project: number }
+  | { kind: 'maker'; member: number; project: number; accepted: boolean }
+  | { kind: 'attach'; todo: number; width: number | null; octet: boolean }
+  | { kind: 'measure'; upload: number; width: number; height: number }
+  | { kind: 'edit'; todo: number; words: string; mention: number; tag: number }
+  | { kind: 'delete'; todo: number }
+
+const action: fc.Arbitrary<Action> = fc.oneof(
+  fc.record({ kind: fc.constant('post' as const), author: index, words: awkward, mention: index, tag: index, minutesAgo: fc.nat({ max: 60 * 24 * 3 }) }),
+  fc.record({ kind: fc.constant('profile' as const), member: index, first: maybe(awkward), last: maybe(awkward), bio: maybe(awkward), location: maybe(awkward), avatar: fc.boolean(), header: fc.boolean(), color: maybe(fc.constantFrom('#A1B2C3', 'ffeedd', 'not a colour')) }),
+  fc.record({ kind: fc.constant('rename' as const), member: index, suffix: fc.nat({ max: 99999 }) }),
+  fc.record({ kind: fc.constant('privacy' as const), member: index, privacy }),
+  fc.record({ kind: fc.constant('subscription' as const), member: index }),
+  fc.record({ kind: fc.constant('project' as const), project: index, name: awkward, slug: fc.boolean(), privacy, logo: fc.boolean(), archived: fc.boolean(), color: maybe(fc.constantFrom('#123456', 'nope')) }),
+  fc.record({ kind: fc.constant('react' as const), member: index, todo: index }),
+  fc.record({ kind: fc.constant('comment' as const), member: index, todo: index }),
+  fc.record({ kind: fc.constant('follow' as const), a: index, b: index }),
+  fc.record({ kind: fc.constant('request' as const), a: index, b: index }),
+  fc.record({ kind: fc.constant('mute' as const), a: index, b: index }),
+  fc.record({ kind: fc.constant('follow_project' as const), member: index, project: index }),
+  fc.record({ kind: fc.constant('maker' as const), member: index, project: index, accepted: fc.boolean() }),
+  fc.record({ kind: fc.constant('attach' as const), todo: index, width: maybe(fc.integer({ min: 1, max: 4000 })), octet: fc.boolean() }),
+  fc.record({ kind: fc.constant('measure' as const), upload: index, width: fc.integer({ min: 1, max: 4000 }), height: fc.integer({ min: 1, max: 4000 }) }),
+  fc.record({ kind: fc.constant('edit' as const), todo: index, words: awkward, mention: index, tag: index }),
+  fc.record({ kind: fc.constant('delete' as const), todo: index }),
+)
+
+const pick = <T>(list: T[], i: number): T => list[i % list.length]!
+
+async function ids(table: 'todos' | 'uploads'): Promise<string[]> {
+  const rows = await sql.unsafe(`select id from app.${table} order by created_at, id`)
+  return rows.map((r) => r.id as string)
+}
+
+async function hashtagOf(project: string): Promise<string> {
+  const [row] = await sql`select hashtag from app.projects where id = ${project}`
+  return row!.hashtag as string
+}
+
+/** One write, straight to the tables (triggers and generated columns run as on the API's writes). */
+async function apply(a: Action): Promise<void> {
+  const todos = await ids('todos')
+  switch (a.kind) {
+    case 'post': {
+      const author = pick(members, a.author)
+      const body = `${a.words} @${pick(members, a.mention).username} #${await hashtagOf(pick(projects, a.tag))} done`
+      await sql`insert into app.todos (user_id, body, created_at) values (${author.id}, ${body}, now() - make_interval(mins => ${a.minutesAgo}))`
+      return
+    }
+    case 'profile':
+      await sql`update app.users set first_name = ${a.first}, last_name = ${a.last}, bio = ${a.bio}, location = ${a.location},
+                  avatar_key = ${a.avatar ? 'avatars/a"b\\c.png' : null}, header_key = ${a.header ? 'headers/h.png' : null},
+                  header_color = ${a.color} where id = ${pick(members, a.member).id}`
+      return
+    case 'rename': {
+      const member = pick(members, a.member)
+      member.username = `m${a.suffix}_${members.indexOf(member)}`
+      await sql`update app.users set username = ${member.username} where id = ${member.id}`
+      return
+    }
+    case 'privacy':
+      await sql`update app.users set privacy = ${a.privacy}::app.privacy where id = ${pick(members, a.member).id}`
+      return
+    case 'subscription':
+      await sql`update app.users set subscription_active = not subscription_active where id = ${pick(members, a.member).id}`
+      return
+    case 'project': {
+      const project = pick(projects, a.project)
+      const slug = a.slug ? `p-${projects.indexOf(project)}-${a.name.length}` : null
+      await sql`update app.projects set name = ${a.name.slice(0, 100) || 'x'}, slug = ${slug}, privacy = ${a.privacy}::app.privacy,
+                  logo_key = ${a.logo ? 'logos/l.png' : null}, archived = ${a.archived}, header_color = ${a.color} where id = ${project}`
+      return
+    }
+    case 'react': {
+      if (todos.length === 0) return
+      const [member, todo] = [pick(members, a.member).id, pick(todos, a.todo)]
+      const removed = await sql`delete from app.reactions where todo_id = ${todo} and user_id = ${member} returning id`
+      if (removed.length === 0) await sql`insert into app.reactions (user_id, todo_id) values (${member}, ${todo})`
+      return
+    }
+    case 'comment':
+      if (todos.length === 0) return
+      await sql`insert into app.comments (todo_id, user_id, body) values (${pick(todos, a.todo)}, ${pick(members, a.member).id}, 'nice')`
+      return
+    case 'follow':
+    case 'request':
+    case 'mute': {
+      const [x, y] = [pick(members, a.a).id, pick(members, a.b).id]
+      if (x === y) return
+      const [table, left, right] = a.kind === 'follow' ? ['user_follows', 'follower_id', 'followee_id']
+        : a.kind === 'request' ? ['user_follow_requests', 'requester_id', 'followee_id'] : ['mutes', 'user_id', 'muted_user_id']
+      const removed = await sql.unsafe(`delete from app.${table} where ${left} = $1 and ${right} = $2 returning 1`, [x, y])
+      if (removed.length === 0) await sql.unsafe(`insert into app.${table} (${left}, ${right}) values ($1, $2)`, [x, y])
+      return
+    }
+    case 'follow_project': {
+      const [member, project] = [pick(members, a.member).id, pick(projects, a.project)]
+      const removed = await sql`delete from app.project_follows where user_id = ${member} and project_id = ${project} returning 1`
+      if (removed.length === 0) await sql`insert into app.project_follows (user_id, project_id) values (${member}, ${project})`
+      return
+    }
+    case 'maker':
+      await sql`insert into app.project_makers (project_id, user_id, accepted) values (${pick(projects, a.project)}, ${pick(members, a.member).id}, ${a.accepted})
+                on conflict (project_id, user_id) do update set accepted = excluded.accepted`
+      return
+    case 'attach': {
+      if (todos.length === 0) return
+      const todo = pick(todos, a.todo)
+      await sql`insert into app.uploads (user_id, key, filename, byte_size, checksum, content_type, width, height, todo_id, attached_at, detected_type)
+                select t.user_id, gen_random_uuid() || '/n"o te.txt', 'n"o te.txt', 12, decode(md5('x'), 'hex'),
+                       ${a.octet ? 'application/octet-stream' : 'image/png'}, ${a.width}, ${a.width === null ? null : 3}, t.id, now(),
+                       ${a.octet ? 'text/plain' : null}
+                from app.todos t where t.id = ${todo}`
+      return
+    }
+    case 'measure': {
+      const uploads = await ids('uploads')
+      if (uploads.length === 0) return
+      await sql`update app.uploads set width = ${a.width}, height = ${a.height}, measured_at = now() where id = ${pick(uploads, a.upload)}`
+      return
+    }
+    case 'edit': {
+      if (todos.length === 0) return
+      const body = `${a.words} @${pick(members, a.mention).username} #${await hashtagOf(pick(projects, a.tag))} edited`
+      await sql`update app.todos set body = ${body} where id = ${pick(todos, a.todo)}`
+      return
+    }
+    case 'delete':
+      if (todos.length > 3) await sql`delete from app.todos where id = ${pick(todos, a.todo)}`
+      return
+  }
+}
+
+/** Every todo, user and project, as every member sees them, by both renderers; compared as JSON values. */
+async function compareForEveryone(label: string): Promise<number> {
+  const todos = await ids('todos')
+  const users = members.map((m) => m.id)
+  let compared = 0
+  for (const viewer of members) {
+    const row = await asMember(sql, { sub: viewer.id }, async (tx) => {
+      // A base URL that needs escaping inside a JSON string: the markers' replacement must escape it.
+      await tx`select set_config('app.public_url', ${'http://api.test/a"b\\c'}, true), set_config('app.web_url', ${'https://web.test/x"y'}, true)`
+      const [r] = await tx`
+        select reference.todos_json(${todos}::uuid[], false) as old_plain,
+               app.resolve_urls(app.todos_text(${todos}::uuid[], false))::jsonb as new_plain,
+               reference.todos_json(${todos}::uuid[], true) as old_expanded,
+               app.resolve_urls(app.todos_text(${todos}::uuid[], true))::jsonb as new_expanded,
+               (select jsonb_object_agg(u.id, u.body) from reference.users_json(${users}::uuid[]) u) as old_users,
+               (select jsonb_object_agg(u.id, u.body) from app.users_json(${users}::uuid[]) u) as new_users,
+               (select jsonb_object_agg(p.id, p.body) from reference.projects_json(${projects}::uuid[]) p) as old_projects,
+               (select jsonb_object_agg(p.id, p.body) from app.projects_json(${projects}::uuid[]) p) as new_projects,
+               (select jsonb_agg(app.todo_text(t)::jsonb order by n) from unnest(${todos}::uuid[]) with ordinality x(t, n)) as new_singles,
+               (select jsonb_agg(reference.todos_json(array[t], false) -> 0 order by n) from unnest(${todos}::uuid[]) with ordinality x(t, n)) as old_singles`
+      return r!
+    })
+    expect(row.new_plain, `${label}: todos as ${viewer.username} sees them`).toEqual(row.old_plain)
+    expect(row.new_expanded, `${label}: todos with reactions as ${viewer.username} sees them`).toEqual(row.old_expanded)
+    expect(row.new_users, `${label}: users as ${viewer.username} sees them`).toEqual(row.old_users)
+    expect(row.new_projects, `${label}: projects as ${viewer.username} sees them`).toEqual(row.old_projects)
+    expect(row.new_singles, `${label}: GET /v1/todos/{id} as ${viewer.username}`).toEqual(row.old_singles)
+    compared += (row.old_plain as unknown[] | null)?.length ?? 0
+  }
+  return compared
+}
+
+beforeAll(async () => {
+  world = await startWorld()
+  sql = world.sql
+  await sql.unsafe(await readFile(new URL('./support/reference-renderer.sql', import.meta.url), 'utf8'))
+  const privacies = ['public', 'public', 'protected', 'protected', 'private', 'public', 'protected', 'private']
+  for (const [i, p] of privacies.entries()) {
+    const created = await world.createUser(`member${i}`)
+    const id = created.id.replace(/^user_(.{8})(.{4})(.{4})(.{4})(.{12})$/, '$1-$2-$3-$4-$5')
+    await sql`update app.users set privacy = ${p}::app.privacy, time_zone = ${i % 2 ? 'Asia/Tokyo' : 'America/Los_Angeles'} where id = ${id}`
+    members.push({ id, username: created.username, apiKey: created.api_key })
+  }
+  for (const [i, p] of ['public', 'protected', 'private', 'public'].entries()) {
+    const [row] = await sql`insert into app.projects (owner_id, name, hashtag, slug, privacy)
+                            values (${members[i]!.id}, ${`Project ${i}`}, ${`tag${i}`}, ${i % 2 ? null : `proj-${i}`}, ${p}::app.privacy) returning id`
+    projects.push(row!.id as string)
+  }
+  // A streak that is current for some zones and not others, and a few todos to start from.
+  await sql`update app.users set streak_last_day = (now() at time zone 'UTC')::date - 1, streak_length = 4, best_streak = 9 where username in ('member1', 'member2')`
+  for (const [i, m] of members.entries()) {
+    await sql`insert into app.todos (user_id, body) values (${m.id}, ${`first of ${m.username} @${members[(i + 1) % members.length]!.username} #tag${i % 4}`})`
+  }
+}, 120_000)
+
+afterAll(async () => {
+  await world?.close()
+})
+
+describe('render once, serve many (issue 27)', () => {
+  it('the renderings kept on write give the same JSON as the renderer before them, for every member, after random writes', async () => {
+    expect(await compareForEveryone('start')).toBeGreaterThan(0)
+    // First every kind of write once (the first value of each arbitrary), so none is left to chance.
+    const kinds = new Set<string>()
+    for (const [i, one] of fc.sample(action, { numRuns: 400, seed: 27 }).entries()) {
+      if (kinds.has(one.kind)) continue
+      kinds.add(one.kind)
+      await apply(one)
+      await compareForEveryone(`write ${i} of the fixed sequence: ${JSON.stringify(one)}`)
+    }
+    expect(kinds.size).toBe(17)
+    let runs = 0
+    await fc.assert(
+      fc.asyncProperty(fc.array(action, { minLength: 1, maxLength: 8 }), async (actions) => {
+        for (const a of actions) await apply(a)
+        runs++
+        await compareForEveryone(`after ${JSON.stringify(actions)}`)
+      }),
+      { numRuns: 40 },
+    )
+    expect(runs).toBe(40)
+  }, 600_000)
+
+  it("a member's text can never hold a URL marker: chr(1) in a body comes out escaped over HTTP, the URLs in place", async () => {
+    const author = members[0]!
+    await sql`update app.users set privacy = 'public', subscription_active = true where id = ${author.id}`
+    await sql`insert into app.todos (user_id, body) values (${author.id}, ${'evil \u0001/x and \u0002/y'})`
+    const [todo] = await sql`select id from app.todos order by created_at desc, id desc limit 1`
+    const publicId = `todo_${(todo!.id as string).replace(/-/g, '')}`
+    for (const path of [`/v1/todos/${publicId}`, `/v1/users/${author.username}/todos?limit=1`]) {
+      const res = await world.get(path, { auth: author.apiKey })
+      expect(res.status, res.text).toBe(200)
+      expect(res.text).toContain('"body":"evil \\u0001/x and \\u0002/y"')
+      expect(res.text).not.toMatch(/[\u0001\u0002]/)
+      const rendered = path.startsWith('/v1/todos/') ? res.body : res.body.data[0]
+      expect(rendered.body).toBe('evil \u0001/x and \u0002/y')
+      expect(rendered.creator.url).toBe(`http://api.test/@${author.username}`)
+      expect(rendered.url).toMatch(/^http:\/\/api\.test\/todos\/\d+$/)
+    }
+  })
+})
