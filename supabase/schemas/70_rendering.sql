@@ -157,30 +157,34 @@ comment on function app.initials(text) is
   'Inlined (no SET clause, no table access). What a default image shows: the first letters of the first two words, or the first two letters of one word, A-Z and 0-9 only (the bitmap font of functions/web/images.ts); `_` when none is left.';
 grant execute on function app.initials(text) to authenticated, service_role;
 
-create function app.picture_urls_text(folder text, key text, label text, color text)
+create function app.generated_image_path(label text, color text)
 returns text
-language plpgsql
-immutable
+language sql
+stable
 parallel safe
-set search_path = ''
 as $$
-declare
-  generated_path text;
-begin
-  if key is not null then
-    return app.image_urls_text(folder, key);
-  end if;
-  -- The colour and the initials once for the three sizes: their regular expressions are most of
-  -- what rendering a card costs a write.
-  generated_path := coalesce(upper(substring(color, '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png';
-  return '{"small":' || app.json_url(chr(1), '/assets/' || folder || '/small/' || generated_path)
-    || ',"medium":' || app.json_url(chr(1), '/assets/' || folder || '/medium/' || generated_path)
-    || ',"large":' || app.json_url(chr(1), '/assets/' || folder || '/large/' || generated_path) || '}';
-end;
+  select coalesce(upper(substring(color, '^#?([0-9A-Fa-f]{6})$')), '94A3B8') || '/' || app.initials(label) || '.png'
 $$;
-comment on function app.picture_urls_text(text, text, text, text) is
-  'The small/medium/large URLs of an avatar or logo as JSON text with the public URL''s marker: the uploaded image (app.image_urls_text) or, without one, a generated PNG of the label''s initials on the colour (#RRGGBB; grey when it is not one), which the API serves at /assets/{folder}/{size}/{RRGGBB}/{initials}.png. The URL names everything the image shows, so it is cached for good and changes with the name or colour.';
-grant execute on function app.picture_urls_text(text, text, text, text) to authenticated, service_role;
+comment on function app.generated_image_path(text, text) is
+  'Inlined (no SET clause, no table access). {RRGGBB}/{initials}.png of a generated avatar or logo: the label''s initials on the colour (#RRGGBB; grey when it is not one). Computed once per card and passed to app.picture_urls_text for its three sizes: its regular expressions are most of what a card costs a write.';
+grant execute on function app.generated_image_path(text, text) to authenticated, service_role;
+
+create function app.picture_urls_text(folder text, key text, generated_path text)
+returns text
+language sql
+stable
+parallel safe
+as $$
+  select case
+    when key is not null then app.image_urls_text(folder, key)
+    else '{"small":' || app.json_url(chr(1), '/assets/' || folder || '/small/' || generated_path)
+      || ',"medium":' || app.json_url(chr(1), '/assets/' || folder || '/medium/' || generated_path)
+      || ',"large":' || app.json_url(chr(1), '/assets/' || folder || '/large/' || generated_path) || '}'
+  end
+$$;
+comment on function app.picture_urls_text(text, text, text) is
+  'Inlined (no SET clause, no table access). The small/medium/large URLs of an avatar or logo as JSON text with the public URL''s marker: the uploaded image (app.image_urls_text) or, without one, the generated PNG at generated_path (app.generated_image_path), which the API serves at /assets/{folder}/{size}/{RRGGBB}/{initials}.png. The URL names everything the image shows, so it is cached for good and changes with the name or colour.';
+grant execute on function app.picture_urls_text(text, text, text) to authenticated, service_role;
 
 create function app.picture_urls(base_url text, folder text, key text, label text, color text)
 returns jsonb
@@ -188,7 +192,7 @@ language sql
 stable
 parallel safe
 as $$
-  select app.resolve_urls_at(app.picture_urls_text(folder, key, label, color), base_url)::jsonb
+  select app.resolve_urls_at(app.picture_urls_text(folder, key, case when key is null then app.generated_image_path(label, color) end), base_url)::jsonb
 $$;
 comment on function app.picture_urls(text, text, text, text, text) is
   'Inlined (no SET clause, no table access). app.picture_urls_text under base_url, as jsonb (the web pages'' images).';
@@ -204,29 +208,28 @@ grant execute on function app.picture_urls(text, text, text, text, text) to auth
 -- (app.todos_text), adding only what depends on the viewer and the clock.
 --
 -- What keeps each fresh, and why each lives where it does:
---   app.users.card          any update of the member's row: profile fields, avatar, header,
---                           privacy, subscription, and the counters todos_count,
---                           followers_count, best_streak, which posts and follows already
---                           update on that row (so a post re-renders its author's card once,
---                           in the update it makes anyway). Not in it: streak and streaking
---                           (the clock), following, follows_you, follow_requested,
---                           dismissed_time_zone (the viewer): app.user_text adds them.
---   app.users.mention_card  the same row (the slim shape of mentions and notification actors).
---   app.projects.card       any update of the project's row: fields, logo, header, privacy,
---                           archived, followers_count. Not in it: owner and makers (users
---                           rendered for the viewer), todos_count (what the viewer may see),
---                           following, follow_requested: app.project_text adds them.
---   app.projects.mention_card  the same row.
---   app.uploads.card        the attachment: attaching (attached_at), measuring (width, height),
---                           the detected type.
+--   app.users.card     any update of the member's row: profile fields, avatar, header, privacy,
+--                      subscription, and the counters todos_count, followers_count, best_streak,
+--                      which posts and follows already update on that row (so a post re-renders
+--                      its author's card once, in the update it makes anyway). Not in it: streak
+--                      and streaking (the clock), following, follows_you, follow_requested,
+--                      dismissed_time_zone (the viewer): app.user_text adds them.
+--   app.projects.card  any update of the project's row: fields, logo, header, privacy,
+--                      archived, followers_count. Not in it: owner and makers (users rendered
+--                      for the viewer), todos_count (what the viewer may see), following,
+--                      follow_requested: app.project_text adds them.
+--   app.uploads.card   the attachment: attaching (attached_at), measuring (width, height), the
+--                      detected type.
+-- The slim shapes of mentions (MentionedUser, MentionedProject) are the cards' first members,
+-- cut at the first member they do not have (app.user_mention_text, app.project_mention_text),
+-- so a write renders one card, not two.
 -- The card functions are PL/pgSQL: a generated column's SQL function is parsed and planned again
 -- by every statement that writes the row (2-3 ms for these bodies, measured), while PL/pgSQL
 -- keeps the planned expression for the session (tens of microseconds a row).
 -- A profile edit therefore rewrites one row, whatever the member has written: every todo, mention
 -- and reaction joins the member's card by id when it is read (issue 27: a member with 100k todos
 -- must not rewrite 100k rows). A todo's own fields (id, times, body, url, counters) are
--- written out from the row the page reads anyway: 0.02 ms a todo; a stored copy would add a
--- third to every todo row (docs/performance.md, *Render once*).
+-- written out from the row the page reads anyway (docs/performance.md, *Render once*).
 
 create function app.user_card(id uuid, username text, first_name text, last_name text, bio text, location text, website_url text, time_zone text, privacy app.privacy, subscription_active boolean, avatar_key text, header_key text, header_color text, todos_count integer, followers_count integer, best_streak integer, created_at timestamptz, updated_at timestamptz)
 returns text
@@ -235,23 +238,27 @@ immutable
 parallel safe
 set search_path = ''
 as $$
+declare
+  avatar_path text := case when avatar_key is null then app.generated_image_path(
+    coalesce(nullif(btrim(concat_ws(' ', first_name, last_name)), ''), username), coalesce(header_color, app.default_header_color(id))) end;
 begin
+  -- The MentionedUser members first, then "bio" (app.user_mention_text cuts there).
   return '"id":"' || app.to_public_id('user', id) || '"'
     || ',"username":' || app.json_text(username)
+    || ',"first_name":' || app.json_text(first_name)
+    || ',"last_name":' || app.json_text(last_name)
+    || ',"url":' || app.json_url(chr(2), '/@' || username)
+    || ',"avatar":' || app.picture_urls_text('avatar', avatar_key, avatar_path)
+    || ',"bio":' || app.json_text(bio)
     || ',"best_streak":' || best_streak
     || ',"created_at":' || app.json_time(created_at)
     || ',"updated_at":' || app.json_time(updated_at)
     || ',"privacy":' || app.json_text(privacy::text)
     || ',"protected":' || (privacy <> 'public')
-    || ',"first_name":' || app.json_text(first_name)
-    || ',"last_name":' || app.json_text(last_name)
-    || ',"bio":' || app.json_text(bio)
     || ',"location":' || app.json_text(location)
     || ',"website_url":' || app.json_text(website_url)
     || ',"todos_count":' || todos_count
     || ',"time_zone":' || app.json_text(time_zone)
-    || ',"url":' || app.json_url(chr(2), '/@' || username)
-    || ',"avatar":' || app.picture_urls_text('avatar', avatar_key, coalesce(nullif(btrim(concat_ws(' ', first_name, last_name)), ''), username), coalesce(header_color, app.default_header_color(id)))
     || ',"header":' || case when header_key is not null then app.image_urls_text('header', header_key) else 'null' end
     || ',"header_color":' || app.json_text(coalesce(header_color, app.default_header_color(id)))
     || ',"followers_count":' || followers_count
@@ -259,36 +266,24 @@ begin
 end;
 $$;
 comment on function app.user_card(uuid, text, text, text, text, text, text, text, app.privacy, boolean, text, text, text, integer, integer, integer, timestamp with time zone, timestamp with time zone) is
-  'The members of a User''s JSON object that depend on the member''s row alone, as JSON text without braces, URLs with markers: the generation expression of app.users.card. protected: privacy is not public. Without an uploaded avatar, the avatar is the member''s initials on their header colour. Immutable (given the row, always the same text), as a generated column requires.';
+  'The members of a User''s JSON object that depend on the member''s row alone, as JSON text without braces, URLs with markers: the generation expression of app.users.card. The MentionedUser members come first and "bio" right after them (app.user_mention_text). protected: privacy is not public. Without an uploaded avatar, the avatar is the member''s initials on their header colour. Immutable (given the row, always the same text), as a generated column requires.';
 grant execute on function app.user_card(uuid, text, text, text, text, text, text, text, app.privacy, boolean, text, text, text, integer, integer, integer, timestamp with time zone, timestamp with time zone) to authenticated, service_role;
-
-create function app.user_mention_card(id uuid, username text, first_name text, last_name text, avatar_key text, header_color text)
-returns text
-language plpgsql
-immutable
-parallel safe
-set search_path = ''
-as $$
-begin
-  return '{"id":"' || app.to_public_id('user', id) || '"'
-    || ',"username":' || app.json_text(username)
-    || ',"first_name":' || app.json_text(first_name)
-    || ',"last_name":' || app.json_text(last_name)
-    || ',"url":' || app.json_url(chr(2), '/@' || username)
-    || ',"avatar":' || app.picture_urls_text('avatar', avatar_key, coalesce(nullif(btrim(concat_ws(' ', first_name, last_name)), ''), username), coalesce(header_color, app.default_header_color(id)))
-    || '}';
-end;
-$$;
-comment on function app.user_mention_card(uuid, text, text, text, text, text) is
-  'The slim MentionedUser shape (mentions, notification actors) as JSON text with URL markers: the generation expression of app.users.mention_card. No counters, so it changes only with the name, username or avatar.';
-grant execute on function app.user_mention_card(uuid, text, text, text, text, text) to authenticated, service_role;
 
 alter table app.users add column card text generated always as (app.user_card(id, username, first_name, last_name, bio, location, website_url, time_zone, privacy, subscription_active, avatar_key, header_key, header_color, todos_count, followers_count, best_streak, created_at, updated_at)) stored;
 comment on column app.users.card is
-  'Rendered on write (issue 27): the User fields that depend on this row alone (app.user_card), recomputed by every update of the row. Read with app.user_text, which adds the viewer''s and the clock''s.';
-alter table app.users add column mention_card text generated always as (app.user_mention_card(id, username, first_name, last_name, avatar_key, header_color)) stored;
-comment on column app.users.mention_card is
-  'Rendered on write (issue 27): the MentionedUser object (app.user_mention_card), recomputed by every update of the row.';
+  'Rendered on write (issue 27): the User fields that depend on this row alone (app.user_card), recomputed by every update of the row. Read with app.user_text, which adds the viewer''s and the clock''s, and app.user_mention_text (mentions, notification actors).';
+
+create function app.user_mention_text(card text)
+returns text
+language sql
+immutable
+parallel safe
+as $$
+  select '{' || left(card, strpos(card, ',"bio":') - 1) || '}'
+$$;
+comment on function app.user_mention_text(text) is
+  'Inlined (no SET clause, no table access). The slim MentionedUser shape (id, username, first_name, last_name, url, avatar) as JSON text with URL markers: the card (app.users.card) up to its "bio" member. The first ,"bio": in the card is that member: inside a JSON string a quote is always escaped, so no value can hold the sequence.';
+grant execute on function app.user_mention_text(text) to authenticated, service_role;
 
 create function app.project_card(id uuid, slug text, name text, pitch text, description text, hashtag text, website_url text, github_url text, privacy app.privacy, archived boolean, logo_key text, header_key text, header_color text, followers_count integer, created_at timestamptz, updated_at timestamptz)
 returns text
@@ -297,58 +292,49 @@ immutable
 parallel safe
 set search_path = ''
 as $$
+declare
+  logo_path text := case when logo_key is null then app.generated_image_path(name, coalesce(header_color, app.default_header_color(id))) end;
 begin
+  -- The MentionedProject members first, then "pitch" (app.project_mention_text cuts there).
   return '"id":"' || app.to_public_id('proj', id) || '"'
     || ',"slug":' || app.json_text(slug)
     || ',"name":' || app.json_text(name)
+    || ',"hashtag":' || app.json_text(hashtag)
+    || ',"url":' || app.json_url(chr(2), '/projects/' || coalesce(slug, app.to_public_id('proj', id)))
+    || ',"logo":' || app.picture_urls_text('logo', logo_key, logo_path)
     || ',"pitch":' || app.json_text(pitch)
     || ',"description":' || app.json_text(description)
     || ',"created_at":' || app.json_time(created_at)
     || ',"updated_at":' || app.json_time(updated_at)
-    || ',"hashtag":' || app.json_text(hashtag)
     || ',"website_url":' || app.json_text(website_url)
     || ',"github_url":' || app.json_text(github_url)
     || ',"privacy":' || app.json_text(privacy::text)
     || ',"protected":' || (privacy = 'protected')
     || ',"archived":' || archived
-    || ',"url":' || app.json_url(chr(2), '/projects/' || coalesce(slug, app.to_public_id('proj', id)))
-    || ',"logo":' || app.picture_urls_text('logo', logo_key, name, coalesce(header_color, app.default_header_color(id)))
     || ',"header":' || case when header_key is not null then app.image_urls_text('header', header_key) else 'null' end
     || ',"header_color":' || app.json_text(coalesce(header_color, app.default_header_color(id)))
     || ',"followers_count":' || followers_count;
 end;
 $$;
 comment on function app.project_card(uuid, text, text, text, text, text, text, text, app.privacy, boolean, text, text, text, integer, timestamp with time zone, timestamp with time zone) is
-  'The members of a Project''s JSON object that depend on the project''s row alone, as JSON text without braces, URLs with markers: the generation expression of app.projects.card. protected: privacy is protected (issue 28: clients read it as a boolean). Without an uploaded logo, the logo is the project''s initials on its header colour.';
+  'The members of a Project''s JSON object that depend on the project''s row alone, as JSON text without braces, URLs with markers: the generation expression of app.projects.card. The MentionedProject members come first and "pitch" right after them (app.project_mention_text). protected: privacy is protected (issue 28: clients read it as a boolean). Without an uploaded logo, the logo is the project''s initials on its header colour.';
 grant execute on function app.project_card(uuid, text, text, text, text, text, text, text, app.privacy, boolean, text, text, text, integer, timestamp with time zone, timestamp with time zone) to authenticated, service_role;
-
-create function app.project_mention_card(id uuid, slug text, name text, hashtag text, logo_key text, header_color text)
-returns text
-language plpgsql
-immutable
-parallel safe
-set search_path = ''
-as $$
-begin
-  return '{"id":"' || app.to_public_id('proj', id) || '"'
-    || ',"slug":' || app.json_text(slug)
-    || ',"name":' || app.json_text(name)
-    || ',"hashtag":' || app.json_text(hashtag)
-    || ',"url":' || app.json_url(chr(2), '/projects/' || coalesce(slug, app.to_public_id('proj', id)))
-    || ',"logo":' || app.picture_urls_text('logo', logo_key, name, coalesce(header_color, app.default_header_color(id)))
-    || '}';
-end;
-$$;
-comment on function app.project_mention_card(uuid, text, text, text, text, text) is
-  'The slim MentionedProject shape as JSON text with URL markers: the generation expression of app.projects.mention_card. No makers or counters, so a todo with many #tags stays cheap.';
-grant execute on function app.project_mention_card(uuid, text, text, text, text, text) to authenticated, service_role;
 
 alter table app.projects add column card text generated always as (app.project_card(id, slug, name, pitch, description, hashtag, website_url, github_url, privacy, archived, logo_key, header_key, header_color, followers_count, created_at, updated_at)) stored;
 comment on column app.projects.card is
-  'Rendered on write (issue 27): the Project fields that depend on this row alone (app.project_card), recomputed by every update of the row. Read with app.project_text, which adds owner, makers, todos_count and the viewer''s follow.';
-alter table app.projects add column mention_card text generated always as (app.project_mention_card(id, slug, name, hashtag, logo_key, header_color)) stored;
-comment on column app.projects.mention_card is
-  'Rendered on write (issue 27): the MentionedProject object (app.project_mention_card), recomputed by every update of the row.';
+  'Rendered on write (issue 27): the Project fields that depend on this row alone (app.project_card), recomputed by every update of the row. Read with app.project_text, which adds owner, makers, todos_count and the viewer''s follow, and app.project_mention_text (#hashtags in todos).';
+
+create function app.project_mention_text(card text)
+returns text
+language sql
+immutable
+parallel safe
+as $$
+  select '{' || left(card, strpos(card, ',"pitch":') - 1) || '}'
+$$;
+comment on function app.project_mention_text(text) is
+  'Inlined (no SET clause, no table access). The slim MentionedProject shape (id, slug, name, hashtag, url, logo) as JSON text with URL markers: the card (app.projects.card) up to its "pitch" member, the first ,"pitch": in it (no JSON string value can hold an unescaped quote). No makers or counters, so a todo with many #tags stays cheap.';
+grant execute on function app.project_mention_text(text) to authenticated, service_role;
 
 create function app.attachment_card(id uuid, attached_at timestamptz, updated_at timestamptz, key text, detected_type text, content_type text, filename text, width integer, height integer)
 returns text
@@ -449,10 +435,10 @@ language sql
 stable
 parallel safe
 as $$
-  select app.resolve_urls_at(u.mention_card, base_url)::jsonb
+  select app.resolve_urls_at(app.user_mention_text(u.card), base_url)::jsonb
 $$;
 comment on function app.mentioned_user_json_body(app.users, text) is
-  'Inlined (no SET clause, no table access). The slim MentionedUser shape (mentions, notification actors): the card kept on write (app.users.mention_card) under base_url.';
+  'Inlined (no SET clause, no table access). The slim MentionedUser shape (mentions, notification actors): the card kept on write cut to its first members (app.user_mention_text) under base_url.';
 grant execute on function app.mentioned_user_json_body(app.users, text) to authenticated, service_role;
 
 create function app.mentioned_user_json(u app.users)
@@ -603,10 +589,10 @@ language sql
 stable
 parallel safe
 as $$
-  select app.resolve_urls_at(p.mention_card, base_url)::jsonb
+  select app.resolve_urls_at(app.project_mention_text(p.card), base_url)::jsonb
 $$;
 comment on function app.mentioned_project_json_body(app.projects, text) is
-  'Inlined (no SET clause, no table access). The slim MentionedProject shape: the card kept on write (app.projects.mention_card) under base_url.';
+  'Inlined (no SET clause, no table access). The slim MentionedProject shape: the card kept on write cut to its first members (app.project_mention_text) under base_url.';
 grant execute on function app.mentioned_project_json_body(app.projects, text) to authenticated, service_role;
 
 create function app.mentioned_project_json(p app.projects)
@@ -784,12 +770,12 @@ begin
       select a.todo_id, string_agg(a.card, ',' order by a.attached_at, a.id) as body
       from app.uploads a where a.todo_id in (select pt.id from page pt) group by a.todo_id
     ), project_mentions as materialized (
-      select m.todo_id, string_agg(p.mention_card, ',' order by m.position) as body
+      select m.todo_id, string_agg(app.project_mention_text(p.card), ',' order by m.position) as body
       from app.todo_project_mentions m join app.projects p on p.id = m.project_id
       where m.todo_id in (select pt.id from page pt) and app.can_see_project(p.id, p.privacy, viewer_id)
       group by m.todo_id
     ), user_mentions as materialized (
-      select m.todo_id, string_agg(u.mention_card, ',' order by m.position) as body
+      select m.todo_id, string_agg(app.user_mention_text(u.card), ',' order by m.position) as body
       from app.todo_user_mentions m join app.users u on u.id = m.user_id
       where m.todo_id in (select pt.id from page pt) group by m.todo_id
     ), my_reactions as materialized (
