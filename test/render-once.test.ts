@@ -1,6 +1,6 @@
 // Issue 27: render once, serve many. Users, projects, mentions and attachments are rendered when
-// their row is written (stored generated columns: app.users.card and mention_card,
-// app.projects.card and mention_card, app.uploads.card) and a page is JSON text concatenated from
+// their row is written (stored generated columns: app.users.card,
+// app.projects.card, app.uploads.card) and a page is JSON text concatenated from
 // them (app.todos_text). This proves the answers did not change: the renderer as it was before
 // (test/support/reference-renderer.sql, every page built as jsonb from the tables) and the new
 // one render every todo, user and project for every member after random sequences of writes,

@@ -1,6 +1,6 @@
 // What keeping renderings on write costs the writes (issue 27, item 3): `npm run bench --
-// --render-cost`. The renderings are stored generated columns (app.users.card and mention_card,
-// app.projects.card and mention_card, app.uploads.card: supabase/schemas/70_rendering.sql), so
+// --render-cost`. The renderings are stored generated columns (app.users.card,
+// app.projects.card, app.uploads.card: supabase/schemas/70_rendering.sql), so
 // "off" is the same tables with those columns' expressions dropped (ALTER TABLE … ALTER COLUMN
 // … DROP EXPRESSION: the values stay, nothing computes them), undone by rolling back to a
 // savepoint. As the write-cost section of issue 26 (local/bench/write-cost.ts), it times each
@@ -16,11 +16,7 @@ import type { Writer } from './write-cost.ts'
 export const RENDER_COST_GOAL = 1.15
 
 /** The generated columns that hold renderings; "off" drops their expressions. */
-const RENDERINGS = [
-  ['app.users', 'card'], ['app.users', 'mention_card'],
-  ['app.projects', 'card'], ['app.projects', 'mention_card'],
-  ['app.uploads', 'card'],
-] as const
+const RENDERINGS = [['app.users', 'card'], ['app.projects', 'card'], ['app.uploads', 'card']] as const
 
 export interface RenderCostKind {
   kind: string
