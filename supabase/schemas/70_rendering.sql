@@ -228,8 +228,19 @@ grant execute on function app.picture_urls(text, text, text, text, text) to auth
 -- keeps the planned expression for the session (tens of microseconds a row).
 -- A profile edit therefore rewrites one row, whatever the member has written: every todo, mention
 -- and reaction joins the member's card by id when it is read (issue 27: a member with 100k todos
--- must not rewrite 100k rows). A todo's own fields (id, times, body, url, counters) are
--- written out from the row the page reads anyway (docs/performance.md, *Render once*).
+-- must not rewrite 100k rows).
+-- What a todo's rendering is made of, and what keeps each part fresh:
+--   its own fields (id, times, body, url) and counters (reactions_count, comments_count, kept
+--     by the reaction and comment triggers of 40_social.sql): written out from the todo's row,
+--     which the page reads anyway, so a reaction or comment changes nothing else;
+--   creator, reactors: app.users.card (above), with the viewer's flags and the streak added;
+--   projects: app.projects.card, with owner, makers and visible todos added for the viewer;
+--   mentioned users and projects: the mention rows (kept by the todos' _200_store_mentions
+--     trigger when the body changes) joined to the cards, projects filtered for the viewer;
+--   attachments: app.uploads.card;
+--   the viewer's reactions and comments, and (expand=reactions) the newest 5 reactions the
+--     viewer may see: read for the viewer, they are never the same for two viewers.
+-- Why the todo's own fields are not stored as a card too: docs/performance.md, *Render once*.
 
 create function app.user_card(id uuid, username text, first_name text, last_name text, bio text, location text, website_url text, time_zone text, privacy app.privacy, subscription_active boolean, avatar_key text, header_key text, header_color text, todos_count integer, followers_count integer, best_streak integer, created_at timestamptz, updated_at timestamptz)
 returns text
