@@ -28,6 +28,8 @@ export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
     globalSetup: ['test/global-setup.ts'],
+    // Every test asserts something (expect.hasAssertions() before each test): test/support/setup.ts.
+    setupFiles: ['test/support/setup.ts'],
     // Each file gets its own database cloned from a migrated template, so files run in parallel.
     pool: 'forks',
     // Files spend most of their time waiting (on PostgreSQL, on sockets, on child processes,

@@ -2,6 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type TestWorld, startWorld } from './support/app.ts'
 import { asMember } from './support/sql.ts'
+import { waitForLockWait } from './support/locks.ts'
 
 let world: TestWorld
 let alice: string
@@ -364,8 +365,9 @@ describe('todos carry their author\'s privacy (author_privacy), for a policy wit
       await deleter`begin`
       await deleter`select set_config('role', 'authenticated', true), set_config('request.jwt.claims', ${JSON.stringify({ sub: bob, role: 'authenticated', can_write: true })}, true)`
       const deleting = deleter`select api.todo_delete(${'todo_' + todo!.id.replace(/-/g, '')})`.execute()
-      await new Promise((r) => setTimeout(r, 150))
-      // The deletion waits for bob's row and has not locked the todo yet.
+      // The deletion waits for bob's row (a lock waiter, not a pause that may end before it got there)
+      // and has not locked the todo yet.
+      await waitForLockWait(world.sql, { query: /api\.todo_delete/ })
       const free = await world.sql`select id from app.todos where id = ${todo!.id} for update nowait`
       expect(free).toHaveLength(1)
       await holder`commit`
@@ -393,7 +395,7 @@ describe('todos carry their author\'s privacy (author_privacy), for a policy wit
           await privacyTx`update app.users set privacy = 'private' where id = ${bob}`
           // execute(): postgres.js sends a query only when awaited, unless told to now.
           inserted = todoTx<{ id: string }[]>`insert into app.todos (user_id, body) values (${bob}, 'racing') returning id`.execute()
-          await new Promise((r) => setTimeout(r, 100)) // the insert waits for the author's row
+          await waitForLockWait(world.sql, { query: /insert into app\.todos/ }) // the insert waits for the author's row
           await privacyTx`commit`
           await inserted
           await todoTx`commit`
@@ -401,7 +403,7 @@ describe('todos carry their author\'s privacy (author_privacy), for a policy wit
           inserted = todoTx<{ id: string }[]>`insert into app.todos (user_id, body) values (${bob}, 'racing') returning id`
           await inserted
           const changed = privacyTx`update app.users set privacy = 'private' where id = ${bob}`.execute()
-          await new Promise((r) => setTimeout(r, 100)) // the privacy change waits for the insert
+          await waitForLockWait(world.sql, { query: /update app\.users set privacy/ }) // the privacy change waits for the insert
           await todoTx`commit`
           await changed
           await privacyTx`commit`

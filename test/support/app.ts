@@ -147,6 +147,8 @@ export async function startWorld(options: WorldOptions = {}) {
     anotherServer,
     /** The app's fair queue (its stats: calls running and waiting). */
     admission: deps.admission,
+    /** Every route the app's router holds (method and Hono path, `:param` style), the storage server's included. */
+    routes: app.routes.map((r) => ({ method: r.method, path: r.path })),
     /** The app's access log, one line per request. */
     accessLog,
     /** Every statement the app's pool sent, in order (for round-trip counts). */
