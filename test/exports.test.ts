@@ -359,7 +359,8 @@ describe('an old account in a large database', () => {
     // rows, not scan everyone's later todos.
     const worker = createSql(world.databaseUrl, { max: 2, statementTimeoutMs: 80 })
     try {
-      const { storage } = await localSupabaseStorage({ dir: world.storageDir, publicUrl: world.baseUrl, jwtSecret: JWT_SECRET, sql: worker })
+      // Storage on connections of its own (a service beside the worker's pool), as in production.
+      const { storage } = await localSupabaseStorage({ dir: world.storageDir, publicUrl: world.supabaseUrl, jwtSecret: JWT_SECRET, sql: world.sql })
       expect(await runExports(worker, storage, { publicUrl: 'http://api.test' })).toMatchObject({ ready: 1, retrying: 0, failed: 0 })
     } finally {
       await worker.end({ timeout: 5 })
