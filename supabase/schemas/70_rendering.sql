@@ -372,6 +372,13 @@ comment on function app.attachment_card(uuid, timestamp with time zone, timestam
 grant execute on function app.attachment_card(uuid, timestamp with time zone, timestamp with time zone, text, text, text, text, integer, integer) to authenticated, service_role;
 
 alter table app.uploads add column card text generated always as (app.attachment_card(id, attached_at, updated_at, key, detected_type, content_type, filename, width, height)) stored;
+-- Uploads' columns added after the card (issue 30; 60_uploads.sql describes the table), here so
+-- the columns keep the order the migrations give them.
+alter table app.uploads add column stored_at timestamptz;
+alter table app.uploads add column sniffed_type text;
+comment on column app.uploads.stored_at is 'When Storage recorded the file in storage.objects, with the declared size, type and MD5 (app.tg_storage_objects__bind_upload, in Storage''s own transaction); null: not stored. Set once: a signed URL stores one file.';
+comment on column app.uploads.sniffed_type is 'What the stored file''s first bytes are (functions/lib/media.ts storedType): the declared type when the file starts as one, else application/octet-stream; for a file declared application/octet-stream, the type found in its bytes or name, else application/octet-stream. Written once by the first request that attaches it or by the storage worker (app.record_upload_inspection); null: not read yet. A named type is attached only when this is it.';
+create index uploads_uninspected_idx on app.uploads (stored_at) where ((sniffed_type is null) and (stored_at is not null));
 comment on column app.uploads.card is
   'Rendered on write (issue 27): the Attachment object (app.attachment_card), recomputed by every update of the row (attaching, measuring, the detected type).';
 
