@@ -108,7 +108,10 @@ export async function startWorld(options: WorldOptions = {}) {
   let supabaseUrl: string
   let realtime: Awaited<ReturnType<typeof startRealtimeGateway>>
   let stack: EdgeStack | null = null
+  /** The routes of the app's router (the edge entry builds the same router with createApp). */
+  let routes: { method: string; path: string }[]
   if (TEST_ENTRY === 'edge') {
+    routes = createApp(deps).routes.map((r) => ({ method: r.method, path: r.path }))
     // The edge function on this world's database and files; its access log lines collected as the Node app's are.
     let pending = ''
     stack = await startEdgeStack({
@@ -130,6 +133,7 @@ export async function startWorld(options: WorldOptions = {}) {
   } else {
     const app = createApp(deps)
     app.route('/', storageApi.routes)
+    routes = app.routes.map((r) => ({ method: r.method, path: r.path }))
     baseUrl = await new Promise<string>((resolve) => {
       server = serve({ fetch: closeAfterUnreadBody(app.fetch), hostname: '127.0.0.1', port: 0 }, (info) => resolve(`http://127.0.0.1:${info.port}`))
     })
@@ -192,7 +196,7 @@ export async function startWorld(options: WorldOptions = {}) {
     /** The app's fair queue (its stats: calls running and waiting). */
     admission: deps.admission,
     /** Every route the app's router holds (method and Hono path, `:param` style), the storage server's included. */
-    routes: app.routes.map((r) => ({ method: r.method, path: r.path })),
+    routes,
     /** The app's access log, one line per request. */
     accessLog,
     /** Every statement the app's pool sent, in order (for round-trip counts). */
