@@ -78,8 +78,14 @@ export async function startApnsStandIn() {
   /** The newest provider token seen, and its iat: a different one within 20 minutes of it is a renewal too soon. */
   let newestToken: { raw: string; iat: number } | null = null
   const server = http2.createSecureServer({ key: tls.key, cert: tls.cert })
-  server.on('session', () => connections++)
+  // A client that dies (kill -9 of a worker) resets its connection: Apple shrugs, and so does
+  // this stand-in (an 'error' without a listener would end the test run as uncaught).
+  server.on('session', (session) => {
+    connections++
+    session.on('error', () => {})
+  })
   server.on('stream', (stream, headers) => {
+    stream.on('error', () => {})
     const chunks: Buffer[] = []
     stream.on('data', (c: Buffer) => chunks.push(c))
     stream.on('end', async () => {
