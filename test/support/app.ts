@@ -51,6 +51,8 @@ export interface WorldOptions {
   statementTimeoutMs?: number
   /** Refuse public Realtime channels, as `npm start` (and production's setting) does. Default true. */
   realtimePrivateOnly?: boolean
+  /** How often the Realtime gateway checks its channels' tokens against revocation (its default: 5 s). */
+  revocationCheckIntervalMs?: number
   /** The local storage server's PUT timeouts and the age at which the worker sweeps partial files. */
   storage?: { idleTimeoutMs?: number; putDeadlineMs?: number; incompleteAfterMs?: number }
   /** WEBHOOK_ALLOW_PRIVATE of the app and of the world's webhook sender. Default false, as in production. */
@@ -100,7 +102,9 @@ export async function startWorld(options: WorldOptions = {}) {
   })
   publicUrl = baseUrl
   // The Realtime gateway on the same server, as `npm start` serves it (ws://…/realtime/v1/websocket).
-  const realtime = await startRealtimeGateway({ databaseUrl: url, jwtSecret: JWT_SECRET, privateOnly: options.realtimePrivateOnly ?? true })
+  const realtime = await startRealtimeGateway({
+    databaseUrl: url, jwtSecret: JWT_SECRET, privateOnly: options.realtimePrivateOnly ?? true, revocationCheckIntervalMs: options.revocationCheckIntervalMs,
+  })
   realtime.attach(server!)
 
   const adminContext = { sql, jwtSecret: JWT_SECRET, publicUrl: 'http://api.test', webUrl: options.webUrl }
