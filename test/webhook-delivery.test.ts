@@ -408,9 +408,9 @@ describe('at least once, never twice at once', () => {
   it('a claim whose worker never reports is due again when its lease runs out, by the clock (no SQL moves it), and goes out with the same webhook-id', async () => {
     const sub = await subscribe(alice, '/lease')
     await postTodo(alice, 'leased and forgotten')
-    // A worker claims it with the production claim (a 3 s lease here, the worker's is its send
+    // A worker claims it with the production claim (a 1 s lease here, the worker's is its send
     // timeout + 30 s) and dies: it never sends nor records.
-    const [claimed] = await world.sql<{ webhook_id: string }[]>`select webhook_id from app.take_webhook_deliveries(10, interval '3 seconds')`
+    const [claimed] = await world.sql<{ webhook_id: string }[]>`select webhook_id from app.take_webhook_deliveries(10, interval '1 second')`
     expect(claimed!.webhook_id).toEqual(expect.any(String))
     const start = receiver.received.length
     // While the lease holds, a drain sends nothing. Checked after the drain: a lease still in force
