@@ -8,8 +8,8 @@ import { databasePoolSize, forgetServer, readConfig, recordServer } from './conf
 import { openDatabase } from './database.ts'
 import { migrate } from './migrate.ts'
 import { startRealtimeGateway } from './realtime.ts'
-import { localStorage, runStorageMaintenance } from './storage.ts'
-import { storageApi } from './storage-api.ts'
+import { runStorageMaintenance } from '../functions/lib/maintenance.ts'
+import { localSupabaseStorage } from './storage-api.ts'
 import { LOCAL_WEBHOOK_DRAIN, runWebhookWorker } from './webhook-runner.ts'
 import { runExportWorker } from './export-runner.ts'
 import { nodeWebhookSender } from './webhook-sender.ts'
@@ -32,17 +32,18 @@ const applied = await migrate(migrator).finally(() => migrator.end({ timeout: 5 
 if (applied.length > 0) console.log(`Applied ${applied.length} migration(s): ${applied.join(', ')}`)
 
 const storageDir = join(config.dataDir, 'storage')
-const storage = localStorage({ dir: storageDir, publicUrl: config.publicUrl, jwtSecret: config.jwtSecret, sql })
+// Supabase Storage's REST API over DATA_DIR/storage (local/storage-api.ts), served at /storage/v1/object/…,
+// and the production adapter over it (functions/lib/supabase-storage.ts): the Storage code path of
+// the edge function, on its own connections (Storage is a service of its own beside the API's pool).
+const storageSql = createSql(database.url, { max: 2, ...limits })
+const { api: storageApi, storage } = await localSupabaseStorage({ dir: storageDir, jwtSecret: config.jwtSecret, sql: storageSql, publicUrl: config.publicUrl })
 const app = createApp({
   sql, publicUrl: config.publicUrl, jwtSecret: config.jwtSecret, upgradeUrl: config.upgradeUrl, storage,
   webhookAllowPrivate: config.webhookAllowPrivate, onTodoCreated: () => webhookWorker.kick(),
   onExportCreated: () => exportWorker.kick(),
   webUrl: config.webUrl, brotli: nodeBrotli, docsScript: nodeDocsScript, accessLog: (line) => console.log(line),
 })
-app.route('/', storage.routes)
-// Supabase Storage's REST API over the same files (local/storage-api.ts): what the edge function
-// talks to under `npm run start:edge`, served here too so both entries find it at their host.
-app.route('/', storageApi({ dir: storageDir, jwtSecret: config.jwtSecret, sql }).routes)
+app.route('/', storageApi.routes)
 
 // Background work that pg_cron and Supabase Queues do in production: every minute, and once
 // right after start, so that the files a stopped (or killed) server left queued go at once.
@@ -120,6 +121,7 @@ async function shutdown(signal: string) {
   await pushWorker.stop()
   await exportWorker.stop()
   await sql.end({ timeout: 5 })
+  await storageSql.end({ timeout: 5 })
   await maintenanceSql.end({ timeout: 5 })
   await webhookSql.end({ timeout: 5 })
   await exportSql.end({ timeout: 5 })

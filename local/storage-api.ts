@@ -31,13 +31,15 @@
 // uploads, image transformations, listing, moving and copying.
 import { createHash, randomBytes } from 'node:crypto'
 import { createReadStream, createWriteStream } from 'node:fs'
-import { mkdir, rename, rm, stat } from 'node:fs/promises'
+import { mkdir, readdir, rename, rm, stat } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import { Readable } from 'node:stream'
 import { finished } from 'node:stream/promises'
 import { Hono, type Context } from 'hono'
 import { type JWTPayload, SignJWT, errors as joseErrors, jwtVerify } from 'jose'
 import type { Sql } from 'postgres'
+import { supabaseStorage } from '../functions/lib/supabase-storage.ts'
+import type { FileStorage } from '../functions/lib/storage.ts'
 
 export interface StorageApiOptions {
   /** Where the files are: <dir>/<bucket>/<name> (DATA_DIR/storage, the local storage server's layout). */
@@ -81,6 +83,41 @@ const notFound = () => storageError(404, 'NoSuchKey', 'Object not found', 'not_f
 const invalidKey = (name: string) => storageError(400, 'InvalidKey', `Invalid key: ${name}`)
 const accessDenied = (message = 'Access denied') => storageError(403, 'AccessDenied', message, 'Unauthorized')
 
+/**
+ * A database error as Storage answers it (src/storage/database/errors.ts, DBError.fromDBError):
+ * 42501 is AccessDenied with the database's message (a trigger's refusal reaches the client as
+ * written), 23505 ResourceAlreadyExists, anything else a 500.
+ */
+function databaseRefusal(err: unknown): Response {
+  const error = err as { code?: string; message?: string }
+  if (error.code === '42501') {
+    const message = error.message?.includes('row-level security') ? 'new row violates row-level security policy' : error.message ?? 'Access denied'
+    return storageError(403, 'AccessDenied', message, 'Unauthorized')
+  }
+  if (error.code === '23505') return storageError(409, 'ResourceAlreadyExists', 'The resource already exists', 'Duplicate')
+  return storageError(500, 'DatabaseError', `database error, code: ${error.code ?? 'unknown'}`, 'internal')
+}
+
+/**
+ * A Range header of one byte range (RFC 9110 14.1.2: `a-b`, `a-`, or the suffix `-n`) against a
+ * file of `size` bytes: the bytes to send, 'unsatisfiable', or null to send the whole file (no
+ * header, several ranges, or one that is not a byte range, which a server may ignore).
+ */
+export function byteRange(header: string | undefined, size: number): { start: number; end: number } | 'unsatisfiable' | null {
+  const match = /^bytes=(\d*)-(\d*)$/.exec(header?.trim() ?? '')
+  if (!match || (match[1] === '' && match[2] === '')) return null
+  if (match[1] === '') {
+    const suffix = Number(match[2])
+    if (suffix === 0 || size === 0) return 'unsatisfiable'
+    return { start: Math.max(0, size - suffix), end: size - 1 }
+  }
+  const start = Number(match[1])
+  const end = match[2] === '' ? size - 1 : Math.min(Number(match[2]), size - 1)
+  if (start >= size) return 'unsatisfiable'
+  if (end < start) return null
+  return { start, end }
+}
+
 /** A name's segments, decoded; null when one is empty, `.`, `..`, or not decodable (no path leaves its bucket). */
 function objectName(encoded: string): string | null {
   if (encoded.length === 0 || encoded.length > 1024) return null
@@ -103,16 +140,20 @@ const encodeName = (name: string) => name.split('/').map(encodeURIComponent).joi
 interface Bucket { id: string; file_size_limit: string | number | null; allowed_mime_types: string[] | null }
 interface ObjectRow { id: string; name: string; bucket_id: string; owner: string | null; metadata: Record<string, unknown> | null; created_at: Date; updated_at: Date; last_accessed_at: Date }
 
-/** The media type without parameters, lower case ('text/plain; charset=utf-8' → 'text/plain'). */
-const mediaType = (type: string) => type.split(';')[0]!.trim().toLowerCase()
-
+/**
+ * Whether a bucket takes a Content-Type, as Storage decides it (Uploader.validateMimeType in
+ * src/storage/uploader.ts): the header as sent, split at `/`, type and subtype compared exactly
+ * (a `type/*` entry takes any subtype). Parameters are not removed: `image/png; charset=binary`
+ * is not `image/png` there, so it is refused here too.
+ */
 function typeAllowed(type: string, allowed: string[] | null): boolean {
-  if (!allowed || allowed.length === 0) return true
-  const requested = mediaType(type)
-  const wildcard = requested.slice(0, requested.indexOf('/') + 1) + '*'
+  if (!allowed) return true
+  const requested = type.split('/')
+  if (requested.length < 2) return false
+  const [kind, subtype] = requested
   return allowed.some((entry) => {
-    const parsed = mediaType(entry)
-    return parsed === requested || parsed === wildcard
+    const [allowedKind, allowedSubtype] = entry.split('/')
+    return allowedKind === kind && (allowedSubtype === '*' || allowedSubtype === subtype)
   })
 }
 
@@ -121,6 +162,17 @@ export function storageApi(options: StorageApiOptions): StorageApi {
   const globalLimit = options.fileSizeLimit ?? 100 * 1024 * 1024
   const idleTimeoutMs = options.idleTimeoutMs ?? 30_000
   const incomingDir = join(options.dir, '.incoming')
+  // What uploads cut off by a crash left (every failure the server sees deletes its own): an
+  // upload under way writes at least every idleTimeoutMs, so a file untouched for an hour is dead.
+  const sweep = async () => {
+    for (const file of await readdir(incomingDir).catch(() => [] as string[])) {
+      if (!file.endsWith(INCOMING_SUFFIX)) continue
+      const info = await stat(join(incomingDir, file)).catch(() => null)
+      if (info && Date.now() - info.mtimeMs > Math.max(60 * 60_000, 2 * idleTimeoutMs)) await rm(join(incomingDir, file), { force: true }).catch(() => {})
+    }
+  }
+  void sweep()
+  setInterval(() => void sweep(), 60 * 60_000).unref()
   const pathOf = (bucket: string, name: string) => join(options.dir, bucket, ...name.split('/'))
   let serviceKey: Promise<string> | null = null
 
@@ -172,6 +224,30 @@ export function storageApi(options: StorageApiOptions): StorageApi {
    * streamed to a temporary file (MD5 and size counted), then recorded in storage.objects and
    * moved into place. Without upsert an existing object stays (409 Duplicate).
    */
+  /**
+   * Storage's probe of a write (Uploader.canUpload → testPermission): the row inserted (or upserted)
+   * without metadata in a transaction that is rolled back; a database refusal answered as Storage
+   * answers it (DBError.fromDBError), else null.
+   */
+  async function probeWrite(bucketId: string, name: string, upsert: boolean, owner?: string): Promise<Response | null> {
+    const rolledBack = new Error('probe')
+    try {
+      await options.sql.begin(async (tx) => {
+        if (upsert) {
+          await tx`insert into storage.objects (bucket_id, name, owner) values (${bucketId}, ${name}, ${owner ?? null})
+                   on conflict (bucket_id, name) do update set metadata = null, owner = excluded.owner, updated_at = now()`
+        } else {
+          await tx`insert into storage.objects (bucket_id, name, owner) values (${bucketId}, ${name}, ${owner ?? null})`
+        }
+        throw rolledBack
+      })
+    } catch (err) {
+      if (err === rolledBack) return null
+      return databaseRefusal(err)
+    }
+    return null
+  }
+
   async function upload(c: Context, bucketId: string, name: string, upsert: boolean, owner?: string): Promise<Response | ObjectRow> {
     const bucket = await findBucket(bucketId)
     if (!bucket) return storageError(404, 'NoSuchBucket', 'Bucket not found', 'Bucket not found')
@@ -187,9 +263,11 @@ export function storageApi(options: StorageApiOptions): StorageApi {
     const tooLarge = () => storageError(413, 'EntityTooLarge', 'The object exceeded the maximum allowed size', 'Payload too large')
     const declared = c.req.header('content-length')
     if (declared !== undefined && Number(declared) > limit) return tooLarge()
-    if (!upsert && (await findObject(bucketId, name))) {
-      return storageError(409, 'ResourceAlreadyExists', 'The resource already exists', 'Duplicate')
-    }
+    // Storage's permission probe before it takes a byte (Uploader.canUpload: the row inserted, or
+    // upserted, without metadata in a transaction rolled back): an existing object without upsert,
+    // and whatever the database's triggers refuse (app.tg_storage_objects__bind_upload), stop here.
+    const probe = await probeWrite(bucketId, name, upsert, owner)
+    if (probe) return probe
     const body = c.req.raw.body
     if (!body) return storageError(400, 'InvalidRequest', 'No content provided')
 
@@ -244,17 +322,19 @@ export function storageApi(options: StorageApiOptions): StorageApi {
         eTag: `"${etag}"`, size, mimetype: contentType, cacheControl: c.req.header('cache-control') || 'no-cache',
         lastModified: new Date().toISOString(), contentLength: size, httpStatusCode: 200,
       }
-      // The row first: of two uploads of one name without upsert, the unique (bucket_id, name) lets one in.
-      // (sql.json: a JSON text bound to ::jsonb would be stored as one jsonb string, not the object.)
-      const [row] = upsert
-        ? await options.sql<ObjectRow[]>`
-            insert into storage.objects (bucket_id, name, owner, metadata) values (${bucketId}, ${name}, ${owner ?? null}, ${options.sql.json(metadata)})
-            on conflict (bucket_id, name) do update set metadata = excluded.metadata, owner = excluded.owner, updated_at = now()
-            returning *`
-        : await options.sql<ObjectRow[]>`
-            insert into storage.objects (bucket_id, name, owner, metadata) values (${bucketId}, ${name}, ${owner ?? null}, ${options.sql.json(metadata)})
-            on conflict (bucket_id, name) do nothing
-            returning *`
+      // Recorded as Storage's completeUpload does, always as an upsert (the probe refused an existing
+      // object without upsert; two writes racing past it both land, the later replacing, unless a
+      // trigger refuses: ours on the uploads bucket does). (sql.json: a JSON text bound to ::jsonb
+      // would be stored as one jsonb string, not the object.)
+      let row: ObjectRow | undefined
+      try {
+        ;[row] = await options.sql<ObjectRow[]>`
+          insert into storage.objects (bucket_id, name, owner, metadata) values (${bucketId}, ${name}, ${owner ?? null}, ${options.sql.json(metadata)})
+          on conflict (bucket_id, name) do update set metadata = excluded.metadata, owner = excluded.owner, updated_at = now()
+          returning *`
+      } catch (err) {
+        return databaseRefusal(err)
+      }
       if (!row) return storageError(409, 'ResourceAlreadyExists', 'The resource already exists', 'Duplicate')
       const target = pathOf(bucketId, name)
       try {
@@ -292,16 +372,24 @@ export function storageApi(options: StorageApiOptions): StorageApi {
       const filename = download || name.split('/').pop()!
       headers['content-disposition'] = `attachment; filename=${encodeURIComponent(filename)}; filename*=UTF-8''${encodeURIComponent(filename)}`
     }
+    // A client's cached copy (If-None-Match with the eTag): 304, as Storage passes S3's on.
+    const known = c.req.header('if-none-match')
+    if (known && metadata.eTag && known.split(',').map((tag) => tag.trim().replace(/^W\//, '')).includes(String(metadata.eTag))) {
+      return new Response(null, { status: 304, headers })
+    }
     // HEAD (storage-js's exists()): the headers only, the file left unopened.
     if (c.req.method === 'HEAD') return new Response(null, { status: 200, headers: { ...headers, 'content-length': String(info.size) } })
-    const range = /^bytes=(\d+)-(\d*)$/.exec(c.req.header('range') ?? '')
+    const range = byteRange(c.req.header('range'), info.size)
+    if (range === 'unsatisfiable') {
+      // S3 answers 416 InvalidRange, which Storage passes on as its error: HTTP 400, the 416 in the
+      // body (StorageBackendError.fromError keeps the S3 status as httpStatusCode; the user status
+      // of every 4xx is 400, src/internal/errors/storage-error.ts).
+      return storageError(416, 'InvalidRange', 'The requested range is not satisfiable', 'InvalidRange')
+    }
     if (range) {
-      const start = Number(range[1])
-      const end = Math.min(range[2] ? Number(range[2]) : info.size - 1, info.size - 1)
-      if (start >= info.size || end < start) return storageError(400, 'InvalidRange', 'invalid range provided', 'invalid_range')
-      headers['content-range'] = `bytes ${start}-${end}/${info.size}`
-      headers['content-length'] = String(end - start + 1)
-      return new Response(Readable.toWeb(createReadStream(path, { start, end })) as ReadableStream, { status: 206, headers })
+      headers['content-range'] = `bytes ${range.start}-${range.end}/${info.size}`
+      headers['content-length'] = String(range.end - range.start + 1)
+      return new Response(Readable.toWeb(createReadStream(path, { start: range.start, end: range.end })) as ReadableStream, { status: 206, headers })
     }
     headers['content-length'] = String(info.size)
     return new Response(Readable.toWeb(createReadStream(path)) as ReadableStream, { status: 200, headers })
@@ -437,4 +525,21 @@ export function storageApi(options: StorageApiOptions): StorageApi {
       .setProtectedHeader({ alg: 'HS256', typ: 'JWT' }).setIssuedAt()
       .setExpirationTime(Math.floor(Date.now() / 1000) + 10 * 365 * 24 * 3600).sign(secret)),
   }
+}
+
+/**
+ * The app's FileStorage on this machine: the production adapter (functions/lib/supabase-storage.ts)
+ * over this Storage API, called in-process (no socket back to ourselves, whatever HOST is), handing
+ * out URLs under `publicUrl` (where the API's server serves `routes`). What `npm start` and the
+ * tests use, so the Storage code path of production runs there too.
+ */
+export async function localSupabaseStorage(options: StorageApiOptions & { publicUrl: string | (() => string) }): Promise<{ api: StorageApi; storage: FileStorage }> {
+  const api = storageApi(options)
+  const storage = supabaseStorage({
+    supabaseUrl: 'http://storage.internal',
+    serviceRoleKey: await api.serviceRoleKey(),
+    publicUrl: options.publicUrl,
+    fetch: (async (input: RequestInfo | URL, init?: RequestInit) => await api.routes.fetch(new Request(input, init))) as typeof fetch,
+  })
+  return { api, storage }
 }

@@ -204,11 +204,11 @@ describe('approve-deletion', () => {
         if (message.status === 'error') resolve(String(message.message))
       })
     })
-    const leaInbox = await listen(world.baseUrl, clients, seen.leaChat, `user:${lea.id}`)
-    const leaConversation = await listen(world.baseUrl, clients, seen.leaChat, `conversation:${conversation.body.id}`)
+    const leaInbox = await listen(world.supabaseUrl, clients, seen.leaChat, `user:${lea.id}`)
+    const leaConversation = await listen(world.supabaseUrl, clients, seen.leaChat, `conversation:${conversation.body.id}`)
     seen.leaClosings = [closed(leaInbox), closed(leaConversation)]
-    seen.bobInbox = await listen(world.baseUrl, clients, seen.bobChat, `user:${bob.id}`)
-    seen.bobConversation = await listen(world.baseUrl, clients, seen.bobChat, `conversation:${conversation.body.id}`)
+    seen.bobInbox = await listen(world.supabaseUrl, clients, seen.bobChat, `user:${bob.id}`)
+    seen.bobConversation = await listen(world.supabaseUrl, clients, seen.bobChat, `conversation:${conversation.body.id}`)
     expect([leaInbox.status, leaConversation.status, seen.bobInbox.status, seen.bobConversation.status]).toEqual(['SUBSCRIBED', 'SUBSCRIBED', 'SUBSCRIBED', 'SUBSCRIBED'])
     seen.leaToken = await world.token('lea', 'public write')
 

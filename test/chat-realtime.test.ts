@@ -14,7 +14,7 @@ let world: TestWorld
 const clients: SupabaseClient[] = []
 
 /** Subscribes like a chat app does, resolving once the join is answered (SUBSCRIBED or CHANNEL_ERROR). */
-const listen = (vsn: Vsn, token: string, topic: string): Promise<Listener> => listenTo(world.baseUrl, clients, token, topic, vsn)
+const listen = (vsn: Vsn, token: string, topic: string): Promise<Listener> => listenTo(world.supabaseUrl, clients, token, topic, vsn)
 
 /** Polls `check` until it holds; a generous deadline only ends a run that would hang. */
 async function until(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 30_000) {
@@ -143,7 +143,7 @@ describe('forged events (issue 11, item 4)', () => {
   })
 
   it('public channels are refused, as with Supabase\'s "private channels only": nobody listens where anyone may write', async () => {
-    const client = createClient(world.baseUrl, 'anon', { realtime: { transport: WebSocket as never } })
+    const client = createClient(world.supabaseUrl, 'anon', { realtime: { transport: WebSocket as never } })
     clients.push(client)
     await client.realtime.setAuth(bob.token)
     const reason = await new Promise<string | undefined>((resolve) => {
@@ -220,7 +220,7 @@ describe('tokens and robustness', () => {
 
   it('the gateway survives a client vanishing mid-stream; the others keep receiving', async () => {
     const topic = `conversation:${conversationId}`
-    const vanishing = new WebSocket(`${world.baseUrl.replace(/^http/, 'ws')}/realtime/v1/websocket?apikey=anon&vsn=1.0.0`)
+    const vanishing = new WebSocket(`${world.supabaseUrl.replace(/^http/, 'ws')}/realtime/v1/websocket?apikey=anon&vsn=1.0.0`)
     await new Promise((resolve) => vanishing.once('open', resolve))
     vanishing.send(JSON.stringify({ topic: `realtime:${topic}`, event: 'phx_join', ref: '1', join_ref: '1',
       payload: { config: { broadcast: { self: false }, presence: { key: '', enabled: false }, postgres_changes: [], private: true }, access_token: bob.token } }))

@@ -98,7 +98,7 @@ describe('the edge function behind the gateway, end to end', () => {
     expect(JSON.parse(JSON.stringify(edge.body).replaceAll(stack.publicUrl, 'http://api.test'))).toEqual(node.body)
   })
 
-  it('uploads: ask, PUT to Supabase Storage\'s signed URL, attach, serve; the maintenance job measures the image', async () => {
+  it('uploads: ask, PUT to Supabase Storage\'s signed URL, attach (which reads the bytes: type, dimensions), serve; the maintenance job reads what nobody attached', async () => {
     const image = new PNG({ width: 40, height: 30 })
     for (let i = 0; i < image.data.length; i += 4) image.data.set([i % 256, 80, 160, 255], i)
     const file = PNG.sync.write(image)
@@ -118,8 +118,14 @@ describe('the edge function behind the gateway, end to end', () => {
     expect(served.headers.get('content-type')).toBe('image/png')
     expect(Buffer.from(await served.arrayBuffer()).equals(file)).toBe(true)
 
+    expect(attachment).toMatchObject({ width: 40, height: 30 })
+
+    // Stored, never attached: the maintenance job reads it (its type, its dimensions).
+    const later = await call('POST', '/v1/uploads', { auth: alice.api_key, json: { filename: 'later.png', byte_size: file.length, checksum, content_type: 'image/png' } })
+    expect((await fetch(later.body.url, { method: 'PUT', headers: later.body.headers, body: new Uint8Array(file) })).status).toBe(200)
     expect(await job('/internal/maintenance')).toMatchObject({ measuredImages: 1 })
-    expect((await call('GET', `/v1/todos/${todo.body.id}`, { auth: alice.api_key })).body.attachments[0]).toMatchObject({ width: 40, height: 30 })
+    const [read] = await world.sql`select sniffed_type, width, height from app.uploads where key = ${later.body.key}`
+    expect(read).toMatchObject({ sniffed_type: 'image/png', width: 40, height: 30 })
   })
 
   it('exports: asked on the edge, written by the exports job into Storage, downloaded through the API', async () => {

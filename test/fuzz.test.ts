@@ -94,7 +94,7 @@ const PAGE_ROUTES: [string, string, (s: string[]) => string][] = [
   ['GET', '/projects/{slug}', (s) => `/projects/${s[0]}`],
   ['GET', '/files/{key}/{name}', (s) => `/files/${s[0]}/${s[1]}`],
   ['GET', '/files/{key}/{traversal}', (s) => `/files/${s[0]}/../../../${s[1]}`],
-  ['PUT', '/storage/v1/uploads/{key}/{name}', (s) => `/storage/v1/uploads/${s[0]}/${s[1]}?token=${s[2]}`],
+  ['PUT', '/storage/v1/object/upload/sign/uploads/{key}/{name}', (s) => `/storage/v1/object/upload/sign/uploads/${s[0]}/${s[1]}?token=${s[2]}`],
   ['GET', '/exports/{folder}/export.json', (s) => `/exports/${s[0]}/export.json`],
   ['POST', '/internal/maintenance', () => '/internal/maintenance'],
   ['POST', '/internal/webhooks', () => '/internal/webhooks'],

@@ -38,7 +38,7 @@ describe('conventions, from the catalog', () => {
 
   it('inlined expressions are SQL, run as the caller, read no table and are substituted into the calling statement', async () => {
     const inlined = await world.sql`
-      select p.oid::regprocedure::text as fn, l.lanname, p.prosecdef, p.proconfig, p.prosrc
+      select p.oid::regprocedure::text as fn, l.lanname, p.prosecdef, p.proconfig, p.prosrc, p.proretset
       from pg_proc p join pg_namespace n on n.oid = p.pronamespace join pg_language l on l.oid = p.prolang
       where n.nspname in ('app', 'api') and obj_description(p.oid, 'pg_proc') like 'Inlined %'`
     expect(inlined.map((r) => r.fn).sort()).toEqual([
@@ -64,6 +64,7 @@ describe('conventions, from the catalog', () => {
       'app.notification_json(app.notifications,app.users,text)',
       'app.notification_name(app.users)',
       'app.notification_preference_json(text,text,text,boolean)',
+      'app.notification_types()',
       'app.page_envelope(jsonb,boolean,bigint,text)',
       'app.page_envelope_text(text,boolean,bigint,text)',
       'app.picture_urls(text,text,text,text,text)',
@@ -94,10 +95,12 @@ describe('conventions, from the catalog', () => {
         from pg_proc p, unnest(p.proargtypes) with ordinality a(t, n) where p.oid = ${f.fn}::regprocedure`
       const columns = found!.types.map((_, i) => `a${i}`)
       const call = `${f.fn.replace(/\(.*$/, '')}(${columns.join(', ')})`
+      // A set-returning one is inlined where it is a table (FROM), not in a select list.
+      const query = f.proretset ? `select x.* from args, lateral ${call} x` : `select ${call} from args`
       // Arguments from a table's columns, so nothing is folded to a constant at plan time.
       const lines = await world.sql.begin(async (tx) => {
         await tx.unsafe(`create temp table args (${found!.types.map((t, i) => `a${i} ${t}`).join(', ') || 'none int'}) on commit drop`)
-        return (await tx.unsafe(`explain verbose select ${call} from args`)).map((r) => r['QUERY PLAN'] as string)
+        return (await tx.unsafe(`explain verbose ${query}`)).map((r) => r['QUERY PLAN'] as string)
       })
       const name = f.fn.replace(/^app\./, '').replace(/\(.*$/, '')
       expect(lines.join('\n'), f.fn).not.toContain(`${name}(`)

@@ -164,6 +164,6 @@ it('SIGTERM lets a request under way finish, refuses new ones and closes the poo
   expect(output).toContain('database pool closed')
   // One access-log line per request, with its request id.
   expect(output).toMatch(/^POST \/v1\/uploads 200 \d+\.\dms id=[0-9a-f-]{36}$/m)
-  expect(output).toMatch(/^PUT \/storage\/v1\/uploads\/\S+ 200 /m)
+  expect(output).toMatch(/^PUT \/storage\/v1\/object\/upload\/sign\/uploads\/\S+ 200 /m)
   await expect(serverAccepts(Number(env.EMBEDDED_POSTGRES_PORT))).resolves.toBe(false)
 })

@@ -22,6 +22,7 @@ let server: ServerType
 let url: string
 let dir: string
 let serviceKey: string
+const BUCKET = 'contract'
 
 beforeAll(async () => {
   world = await startWorld()
@@ -31,6 +32,10 @@ beforeAll(async () => {
     server = serve({ fetch: closeAfterUnreadBody(api.routes.fetch), hostname: '127.0.0.1', port: 0 }, (info) => resolve(`http://127.0.0.1:${info.port}`))
   })
   serviceKey = await api.serviceRoleKey()
+  // The contract is Storage's, whatever the bucket: a bucket with the limits of `uploads` (whose
+  // own objects are bound to the app's uploads by a trigger, tested below and in uploads.test.ts).
+  await world.sql`insert into storage.buckets (id, name, public, file_size_limit, allowed_mime_types)
+    select ${BUCKET}, ${BUCKET}, false, file_size_limit, allowed_mime_types from storage.buckets where id = 'uploads'`
 })
 
 afterAll(async () => {
@@ -64,28 +69,28 @@ describe('Storage REST API through @supabase/storage-js', () => {
   it('signed upload URL, upload to it, the object recorded as Storage records it (size, type, MD5)', async () => {
     const path = name('photo.png')
     const bytes = png()
-    const signed = await client().from('uploads').createSignedUploadUrl(path)
+    const signed = await client().from(BUCKET).createSignedUploadUrl(path)
     expect(signed.error).toBeNull()
-    expect(signed.data!.signedUrl.startsWith(`${url}/storage/v1/object/upload/sign/uploads/${path}?token=`)).toBe(true)
+    expect(signed.data!.signedUrl.startsWith(`${url}/storage/v1/object/upload/sign/${BUCKET}/${path}?token=`)).toBe(true)
     // Anyone holding the URL uploads: the token is the credential (an anonymous client here).
-    const uploaded = await client('not-a-key').from('uploads').uploadToSignedUrl(path, signed.data!.token, bytes, { contentType: 'image/png' })
+    const uploaded = await client('not-a-key').from(BUCKET).uploadToSignedUrl(path, signed.data!.token, bytes, { contentType: 'image/png' })
     expect(uploaded.error).toBeNull()
-    expect(uploaded.data!.fullPath).toBe(`uploads/${path}`)
-    expect(await objectRow('uploads', path)).toMatchObject({ size: bytes.length, contentLength: bytes.length, mimetype: 'image/png', eTag: `"${md5(bytes)}"` })
-    expect(new Uint8Array(await readFile(join(dir, 'uploads', ...path.split('/'))))).toEqual(bytes)
+    expect(uploaded.data!.fullPath).toBe(`${BUCKET}/${path}`)
+    expect(await objectRow(BUCKET, path)).toMatchObject({ size: bytes.length, contentLength: bytes.length, mimetype: 'image/png', eTag: `"${md5(bytes)}"` })
+    expect(new Uint8Array(await readFile(join(dir, BUCKET, ...path.split('/'))))).toEqual(bytes)
 
     // One upload per name without upsert: the second is Storage's 409 Duplicate (HTTP 400).
-    const again = await client('not-a-key').from('uploads').uploadToSignedUrl(path, signed.data!.token, bytes, { contentType: 'image/png' })
+    const again = await client('not-a-key').from(BUCKET).uploadToSignedUrl(path, signed.data!.token, bytes, { contentType: 'image/png' })
     expect(failure(again)).toMatchObject({ status: 400, statusCode: '409', message: 'The resource already exists' })
   })
 
   it('signed download URL (inline and as a download), authenticated download, info, exists; remove', async () => {
     const path = name('notes.txt')
     const bytes = new TextEncoder().encode('Plain words, stored.')
-    const { data: signed } = await client().from('uploads').createSignedUploadUrl(path)
-    expect((await client().from('uploads').uploadToSignedUrl(path, signed!.token, bytes, { contentType: 'text/plain' })).error).toBeNull()
+    const { data: signed } = await client().from(BUCKET).createSignedUploadUrl(path)
+    expect((await client().from(BUCKET).uploadToSignedUrl(path, signed!.token, bytes, { contentType: 'text/plain' })).error).toBeNull()
 
-    const link = await client().from('uploads').createSignedUrl(path, 60)
+    const link = await client().from(BUCKET).createSignedUrl(path, 60)
     expect(link.error).toBeNull()
     const inline = await fetch(link.data!.signedUrl)
     expect(inline.status).toBe(200)
@@ -93,34 +98,34 @@ describe('Storage REST API through @supabase/storage-js', () => {
     expect(inline.headers.get('etag')).toBe(`"${md5(bytes)}"`)
     expect(inline.headers.get('content-disposition')).toBeNull()
     expect(new Uint8Array(await inline.arrayBuffer())).toEqual(bytes)
-    const asDownload = await client().from('uploads').createSignedUrl(path, 60, { download: 'saved.txt' })
+    const asDownload = await client().from(BUCKET).createSignedUrl(path, 60, { download: 'saved.txt' })
     const attached = await fetch(asDownload.data!.signedUrl)
     expect(attached.headers.get('content-disposition')).toMatch(/^attachment; filename=saved\.txt/)
 
-    const downloaded = await client().from('uploads').download(path)
+    const downloaded = await client().from(BUCKET).download(path)
     expect(downloaded.error).toBeNull()
     expect(new Uint8Array(await downloaded.data!.arrayBuffer())).toEqual(bytes)
-    const info = await client().from('uploads').info(path)
+    const info = await client().from(BUCKET).info(path)
     expect(info.error).toBeNull()
-    expect(info.data).toMatchObject({ name: path, bucketId: 'uploads', size: bytes.length, contentType: 'text/plain' })
-    expect((await client().from('uploads').exists(path)).data).toBe(true)
+    expect(info.data).toMatchObject({ name: path, bucketId: BUCKET, size: bytes.length, contentType: 'text/plain' })
+    expect((await client().from(BUCKET).exists(path)).data).toBe(true)
 
-    const removed = await client().from('uploads').remove([path, 'nothing/here.txt'])
+    const removed = await client().from(BUCKET).remove([path, 'nothing/here.txt'])
     expect(removed.error).toBeNull()
     expect(removed.data!.map((o) => o.name)).toEqual([path])
-    expect(await objectRow('uploads', path)).toBeUndefined()
-    expect(await stat(join(dir, 'uploads', ...path.split('/'))).catch(() => null)).toBeNull()
-    expect((await client().from('uploads').exists(path)).data).toBe(false)
+    expect(await objectRow(BUCKET, path)).toBeUndefined()
+    expect(await stat(join(dir, BUCKET, ...path.split('/'))).catch(() => null)).toBeNull()
+    expect((await client().from(BUCKET).exists(path)).data).toBe(false)
     // Signing a download of what is gone: Storage's 404 (HTTP 400).
-    expect(failure(await client().from('uploads').createSignedUrl(path, 60))).toMatchObject({ status: 400, statusCode: '404', message: 'Object not found' })
+    expect(failure(await client().from(BUCKET).createSignedUrl(path, 60))).toMatchObject({ status: 400, statusCode: '404', message: 'Object not found' })
   })
 
   it('the bucket\'s allowed types and size limit are enforced on upload (415 and 413 in the body, HTTP 400)', async () => {
     const svg = name('drawing.svg')
-    const { data: signed } = await client().from('uploads').createSignedUploadUrl(svg)
-    const refused = await client().from('uploads').uploadToSignedUrl(svg, signed!.token, new TextEncoder().encode('<svg/>'), { contentType: 'image/svg+xml' })
+    const { data: signed } = await client().from(BUCKET).createSignedUploadUrl(svg)
+    const refused = await client().from(BUCKET).uploadToSignedUrl(svg, signed!.token, new TextEncoder().encode('<svg/>'), { contentType: 'image/svg+xml' })
     expect(failure(refused)).toMatchObject({ status: 400, statusCode: '415' })
-    expect(await objectRow('uploads', svg)).toBeUndefined()
+    expect(await objectRow(BUCKET, svg)).toBeUndefined()
 
     await world.sql`insert into storage.buckets (id, name, public, file_size_limit) values ('tiny', 'tiny', false, 10)`
     const big = name('eleven.bin')
@@ -134,37 +139,37 @@ describe('Storage REST API through @supabase/storage-js', () => {
 
   it('a token opens only its own object, for its own action, until it expires; signing takes the service role', async () => {
     const path = name('a.png')
-    const { data: signed } = await client().from('uploads').createSignedUploadUrl(path)
-    const elsewhere = await client().from('uploads').uploadToSignedUrl(name('b.png'), signed!.token, png(), { contentType: 'image/png' })
+    const { data: signed } = await client().from(BUCKET).createSignedUploadUrl(path)
+    const elsewhere = await client().from(BUCKET).uploadToSignedUrl(name('b.png'), signed!.token, png(), { contentType: 'image/png' })
     expect(failure(elsewhere)).toMatchObject({ status: 400, statusCode: '400' })
     expect(elsewhere.error!.message).toMatch(/signature/i)
 
     const secret = new TextEncoder().encode(JWT_SECRET)
-    const expired = await new SignJWT({ url: `uploads/${path}`, upsert: false, scope: 'upload' }).setProtectedHeader({ alg: 'HS256' })
+    const expired = await new SignJWT({ url: `${BUCKET}/${path}`, upsert: false, scope: 'upload' }).setProtectedHeader({ alg: 'HS256' })
       .setExpirationTime(Math.floor(Date.now() / 1000) - 10).sign(secret)
-    expect(failure(await client().from('uploads').uploadToSignedUrl(path, expired, png(), { contentType: 'image/png' })))
+    expect(failure(await client().from(BUCKET).uploadToSignedUrl(path, expired, png(), { contentType: 'image/png' })))
       .toMatchObject({ status: 400, statusCode: '400', message: 'jwt expired' })
 
     // A download token is no upload token.
-    expect((await client().from('uploads').uploadToSignedUrl(path, signed!.token, png(), { contentType: 'image/png' })).error).toBeNull()
-    const link = await client().from('uploads').createSignedUrl(path, 60)
+    expect((await client().from(BUCKET).uploadToSignedUrl(path, signed!.token, png(), { contentType: 'image/png' })).error).toBeNull()
+    const link = await client().from(BUCKET).createSignedUrl(path, 60)
     const downloadToken = new URL(link.data!.signedUrl).searchParams.get('token')!
     const other = name('c.png')
-    const misused = await client().from('uploads').uploadToSignedUrl(other, downloadToken, png(), { contentType: 'image/png' })
+    const misused = await client().from(BUCKET).uploadToSignedUrl(other, downloadToken, png(), { contentType: 'image/png' })
     expect(failure(misused)).toMatchObject({ status: 400, statusCode: '400' })
 
     // Not the service role (an anon key of the project): no signing, no reading.
     const anon = await new SignJWT({ role: 'anon' }).setProtectedHeader({ alg: 'HS256' }).setExpirationTime('1h').sign(secret)
-    expect(failure(await client(anon).from('uploads').createSignedUploadUrl(name('d.png')))).toMatchObject({ status: 400, statusCode: '403' })
-    expect((await client(anon).from('uploads').download(path)).error).not.toBeNull()
-    expect(failure(await client('forged.key.here').from('uploads').createSignedUrl(path, 60))).toMatchObject({ status: 400 })
+    expect(failure(await client(anon).from(BUCKET).createSignedUploadUrl(name('d.png')))).toMatchObject({ status: 400, statusCode: '403' })
+    expect((await client(anon).from(BUCKET).download(path)).error).not.toBeNull()
+    expect(failure(await client('forged.key.here').from(BUCKET).createSignedUrl(path, 60))).toMatchObject({ status: 400 })
   })
 
   it('a download token expires, and one altered in any part is refused', async () => {
     const path = name('kept.png')
-    const { data: signed } = await client().from('uploads').createSignedUploadUrl(path)
-    expect((await client().from('uploads').uploadToSignedUrl(path, signed!.token, png(), { contentType: 'image/png' })).error).toBeNull()
-    const link = new URL((await client().from('uploads').createSignedUrl(path, 60)).data!.signedUrl)
+    const { data: signed } = await client().from(BUCKET).createSignedUploadUrl(path)
+    expect((await client().from(BUCKET).uploadToSignedUrl(path, signed!.token, png(), { contentType: 'image/png' })).error).toBeNull()
+    const link = new URL((await client().from(BUCKET).createSignedUrl(path, 60)).data!.signedUrl)
     expect((await fetch(link)).status).toBe(200)
     const withToken = (token: string) => {
       const url = new URL(link)
@@ -178,7 +183,7 @@ describe('Storage REST API through @supabase/storage-js', () => {
 
     // Signed with the project's secret, for this very object, but expired ten seconds ago.
     const secret = new TextEncoder().encode(JWT_SECRET)
-    const expired = await new SignJWT({ url: `uploads/${path}`, scope: 'download' }).setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+    const expired = await new SignJWT({ url: `${BUCKET}/${path}`, scope: 'download' }).setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
       .setExpirationTime(Math.floor(Date.now() / 1000) - 10).sign(secret)
     expect(await refusal(withToken(expired))).toEqual({ status: 400, body: { statusCode: '400', error: 'InvalidJWT', message: 'jwt expired' } })
 
@@ -186,7 +191,7 @@ describe('Storage REST API through @supabase/storage-js', () => {
     const [header, payload, signature] = link.searchParams.get('token')!.split('.')
     const claims = JSON.parse(Buffer.from(payload!, 'base64url').toString())
     const other = name('secret.png')
-    for (const changed of [{ ...claims, url: `uploads/${other}` }, { ...claims, exp: claims.exp + 3600 }]) {
+    for (const changed of [{ ...claims, url: `${BUCKET}/${other}` }, { ...claims, exp: claims.exp + 3600 }]) {
       const forged = `${header}.${Buffer.from(JSON.stringify(changed)).toString('base64url')}.${signature}`
       expect((await refusal(withToken(forged))).body).toMatchObject({ statusCode: '400', error: 'InvalidJWT' })
     }
@@ -204,24 +209,24 @@ describe('Storage REST API through @supabase/storage-js', () => {
 
   it('a name these files cannot hold (a part over 255 bytes, a file where a folder is) is InvalidKey, never a 500', async () => {
     const long = `${name('')}${'x'.repeat(256)}.png`
-    const { data: signed } = await client().from('uploads').createSignedUploadUrl(long)
-    const refused = await client().from('uploads').uploadToSignedUrl(long, signed!.token, png(), { contentType: 'image/png' })
+    const { data: signed } = await client().from(BUCKET).createSignedUploadUrl(long)
+    const refused = await client().from(BUCKET).uploadToSignedUrl(long, signed!.token, png(), { contentType: 'image/png' })
     expect(failure(refused)).toMatchObject({ status: 400, statusCode: '400' })
     expect(refused.error!.message).toMatch(/^Invalid key/)
-    expect(await objectRow('uploads', long)).toBeUndefined()
+    expect(await objectRow(BUCKET, long)).toBeUndefined()
 
     const file = name('a.png')
-    expect((await client().from('uploads').upload(file, png(), { contentType: 'image/png' })).error).toBeNull()
-    const under = await client().from('uploads').upload(`${file}/b.png`, png(), { contentType: 'image/png' })
+    expect((await client().from(BUCKET).upload(file, png(), { contentType: 'image/png' })).error).toBeNull()
+    const under = await client().from(BUCKET).upload(`${file}/b.png`, png(), { contentType: 'image/png' })
     expect(failure(under)).toMatchObject({ status: 400, statusCode: '400' })
-    expect(await objectRow('uploads', `${file}/b.png`)).toBeUndefined()
+    expect(await objectRow(BUCKET, `${file}/b.png`)).toBeUndefined()
     // The object that was there is untouched.
-    expect((await client().from('uploads').exists(file)).data).toBe(true)
+    expect((await client().from(BUCKET).exists(file)).data).toBe(true)
   })
 
   it('a name that would leave its bucket is refused', async () => {
     // (A literal or %2E%2E segment never arrives: URL parsers resolve it first. An encoded slash does.)
-    const res = await fetch(`${url}/storage/v1/object/upload/sign/uploads/a/..%2F..%2F..%2Fescape.txt`, {
+    const res = await fetch(`${url}/storage/v1/object/upload/sign/${BUCKET}/a/..%2F..%2F..%2Fescape.txt`, {
       method: 'POST', headers: { authorization: `Bearer ${serviceKey}`, 'content-type': 'application/json' }, body: '{}',
     })
     expect(res.status).toBe(400)
@@ -231,13 +236,14 @@ describe('Storage REST API through @supabase/storage-js', () => {
 
 describe('functions/lib/supabase-storage.ts (production\'s FileStorage) against the local Storage API', () => {
   it('signs an upload the client PUTs, reads its start, redirects downloads, writes and serves an export, deletes both', async () => {
-    const storage = supabaseStorage({
-      supabaseUrl: url, serviceRoleKey: serviceKey,
-      contentTypeOf: async (key) => ((await objectRow('uploads', key))?.mimetype as string | undefined) ?? null,
-    })
+    const storage = supabaseStorage({ supabaseUrl: url, serviceRoleKey: serviceKey })
     const bytes = new TextEncoder().encode('%PDF-1.4 not much of a document')
     const key = name('report.pdf')
     const checksum = createHash('md5').update(bytes).digest('base64')
+    // The `uploads` bucket takes only objects of declared uploads (app.tg_storage_objects__bind_upload).
+    const member = await world.createUser(`m${Math.random().toString(36).slice(2, 8)}`)
+    await world.sql`insert into app.uploads (user_id, key, filename, byte_size, checksum, content_type)
+      values (app.from_public_id('user', ${member.id}), ${key}, 'report.pdf', ${bytes.length}, decode(${md5(bytes)}, 'hex'), 'application/pdf')`
     const signed = await storage.signUpload({ key, contentType: 'application/pdf', checksumBase64: checksum, byteSize: bytes.length })
     expect(signed.url.startsWith(`${url}/storage/v1/object/upload/sign/uploads/${key}?token=`)).toBe(true)
     const put = await fetch(signed.url, { method: 'PUT', headers: signed.headers, body: bytes })
@@ -248,7 +254,7 @@ describe('functions/lib/supabase-storage.ts (production\'s FileStorage) against 
     expect(await storage.readStart(name('missing.pdf'), 4)).toBeNull()
 
     // A PDF is never shown inline from the API's origin: the redirect asks Storage for a download.
-    const redirect = await storage.fileResponse(key)
+    const redirect = await storage.fileResponse(key, false)
     expect(redirect.status).toBe(302)
     const location = redirect.headers.get('location')!
     expect(location).toMatch(/&download=$/)
@@ -256,7 +262,9 @@ describe('functions/lib/supabase-storage.ts (production\'s FileStorage) against 
     expect(file.status).toBe(200)
     expect(file.headers.get('content-disposition')).toMatch(/^attachment; filename=report\.pdf/)
     expect(new Uint8Array(await file.arrayBuffer())).toEqual(bytes)
-    expect((await storage.fileResponse(name('missing.pdf'))).status).toBe(404)
+    expect((await storage.fileResponse(name('missing.pdf'), false)).status).toBe(404)
+    // Shown inline only when the API says so (a raster image or video whose bytes were read).
+    expect((await storage.fileResponse(key, true)).headers.get('location')).not.toMatch(/download=/)
 
     const archive = exportKey()
     const json = new TextEncoder().encode(JSON.stringify({ todos: [] }))
@@ -272,6 +280,16 @@ describe('functions/lib/supabase-storage.ts (production\'s FileStorage) against 
     await storage.deleteFiles([key, archive])
     expect(await objectRow('uploads', key)).toBeUndefined()
     expect((await storage.exportResponse!(archive)).status).toBe(404)
-    expect((await storage.fileResponse(key)).status).toBe(404)
+    expect((await storage.fileResponse(key, false)).status).toBe(404)
+  })
+
+  it('in the uploads bucket, what the trigger refuses reaches the client as Storage words it: AccessDenied with its message', async () => {
+    const path = name('undeclared.png')
+    const { data: signed } = await client().from('uploads').createSignedUploadUrl(path)
+    const refused = await client('not-a-key').from('uploads').uploadToSignedUrl(path, signed!.token, png(), { contentType: 'image/png' })
+    expect(failure(refused)).toMatchObject({ status: 400, statusCode: '403' })
+    expect(refused.error!.message).toMatch(/^No such upload/)
+    expect(await objectRow('uploads', path)).toBeUndefined()
+    expect(await stat(join(dir, 'uploads', ...path.split('/'))).catch(() => null)).toBeNull()
   })
 })

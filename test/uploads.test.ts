@@ -1,16 +1,15 @@
 // SPEC Uploads: the three-step procedure over real HTTP (ask, PUT, attach) with real PNG and
-// JPEG files, every rejection, files served back and deleted, and the Supabase Storage adapter
-// against a local stand-in of its API.
+// JPEG files, every rejection, files served back and deleted. The PUT goes to Supabase Storage's
+// REST API (local/storage-api.ts, as `npm start` serves it) through the production adapter, and
+// what Storage records is bound to its upload by app.tg_storage_objects__bind_upload.
 import { createHash } from 'node:crypto'
-import { createServer } from 'node:http'
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
 import jpeg from 'jpeg-js'
 import { PNG } from 'pngjs'
 import { SignJWT } from 'jose'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { hmacHex, localUploadCanonical, localUploadPath, uploadSigningKey } from '../functions/lib/storage.ts'
-import { supabaseStorage } from '../functions/lib/supabase-storage.ts'
+import { uploadSigningKey } from '../functions/lib/storage.ts'
 import { JWT_SECRET, WORKER_SECRET, type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
 
 let world: TestWorld
@@ -38,6 +37,13 @@ async function requestUpload(user: CreatedUser, file: Buffer, contentType: strin
 async function put(url: string, headers: Record<string, string>, body: Buffer) {
   const response = await fetch(url, { method: 'PUT', headers, body: new Uint8Array(body) })
   return { status: response.status, body: await response.json().catch(() => null) }
+}
+
+/** A refusal as Supabase Storage answers one: HTTP 400 for every 4xx, the real status and message in the body. */
+function refused(answer: { status: number; body: any }, statusCode: string, message: RegExp) {
+  expect(answer.status, JSON.stringify(answer.body)).toBe(400)
+  expect(answer.body).toMatchObject({ statusCode })
+  expect(answer.body.message).toMatch(message)
 }
 
 /** Steps 1 and 2: ask for an upload and PUT the file; returns the Upload. */
@@ -68,7 +74,7 @@ describe('the three steps', () => {
       byte_size: file.length,
       checksum: md5(file),
       content_type: 'image/png',
-      url: expect.stringContaining('/storage/v1/uploads/'),
+      url: expect.stringMatching(new RegExp(`^${world.supabaseUrl}/storage/v1/object/upload/sign/uploads/[0-9a-f]{32}/My_Screen_shot\\.png\\?token=`)),
       key: expect.stringMatching(/^[0-9a-f]{32}\/My_Screen_shot\.png$/),
       signed_id: expect.any(String),
       method: 'PUT',
@@ -90,9 +96,14 @@ describe('the three steps', () => {
       aspect_ratio: 1.3333,
     }])
 
+    // GET /files: a redirect to a Storage link signed for an hour, shown inline (a PNG whose bytes are one).
+    const redirect = await fetch(localUrl(todo.body.attachments[0].url), { redirect: 'manual' })
+    expect(redirect.status).toBe(302)
+    expect(redirect.headers.get('location')).toMatch(new RegExp(`^${world.supabaseUrl}/storage/v1/object/sign/uploads/${asked.body.key}\\?token=[^&]+$`))
     const served = await fetch(localUrl(todo.body.attachments[0].url))
     expect(served.status).toBe(200)
     expect(served.headers.get('content-type')).toBe('image/png')
+    expect(served.headers.get('content-disposition')).toBeNull()
     expect(Buffer.from(await served.arrayBuffer()).equals(file)).toBe(true)
     expect((await world.get(`/v1/todos/${todo.body.id}`, { auth: bob.api_key })).body.attachments[0].width).toBe(40)
   })
@@ -115,9 +126,10 @@ describe('the three steps', () => {
     const done = await upload(alice, file, 'text/markdown', 'notes.md')
     const todo = await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'Notes', attachments: [done.signed_id] } })
     expect(todo.body.attachments[0]).toMatchObject({ mime_type: 'text/markdown', width: null, height: null, aspect_ratio: null })
+    // Not a raster image or video: Storage sends it as a download (the redirect asks for `download`).
     const served = await fetch(localUrl(todo.body.attachments[0].url))
-    expect(served.headers.get('content-disposition')).toBe('attachment')
-    expect(served.headers.get('x-content-type-options')).toBe('nosniff')
+    expect(served.status).toBe(200)
+    expect(served.headers.get('content-disposition')).toMatch(/^attachment; filename=notes\.md/)
   })
 
   it('a form-encoded todo takes attachments[]', async () => {
@@ -171,42 +183,73 @@ describe('the PUT rejects and keeps nothing', () => {
     expect(row!.n).toBe(0)
   }
 
-  it('403 for a tampered signature, other headers, or an expired URL', async () => {
+  it('a tampered or expired token, or a token for another object, is refused', async () => {
     const file = png(8, 8)
     const asked = (await requestUpload(alice, file, 'image/png', 'x.png')).body
-    const tampered = asked.url.replace(/signature=([0-9a-f])/, (_: string, c: string) => `signature=${c === '0' ? '1' : '0'}`)
-    expect((await put(tampered, asked.headers, file)).status).toBe(403)
-    expect((await put(asked.url, { ...asked.headers, 'Content-Type': 'image/jpeg' }, file)).status).toBe(403)
-    expect((await put(asked.url, { 'Content-Type': 'image/png' }, file)).status).toBe(403)
-
-    const expires = Math.floor(Date.now() / 1000) - 10
-    const signature = await hmacHex(await uploadSigningKey(JWT_SECRET), localUploadCanonical(asked.key, expires, 'image/png', md5(file), file.length))
-    const expired = `${world.baseUrl}${localUploadPath(asked.key)}?size=${file.length}&expires=${expires}&signature=${signature}`
-    const res = await put(expired, asked.headers, file)
-    expect(res.status).toBe(403)
-    expect(res.body.error).toMatch(/expired/)
+    const tampered = asked.url.replace(/token=([^.]+)\.([^.]+)\.(.)/, (_: string, h: string, p: string, c: string) => `token=${h}.${p}.${c === 'A' ? 'B' : 'A'}`)
+    refused(await put(tampered, asked.headers, file), '400', /signature|Invalid JWT/i)
+    const token = new URL(asked.url).searchParams.get('token')!
+    const other = (await requestUpload(alice, png(9, 9), 'image/png', 'y.png')).body
+    refused(await put(`${world.supabaseUrl}/storage/v1/object/upload/sign/uploads/${other.key}?token=${token}`, other.headers, file), '400', /signature/i)
+    // Signed as Storage signs (the project's JWT secret), but expired.
+    const expired = await new SignJWT({ url: `uploads/${asked.key}`, upsert: false, scope: 'upload' })
+      .setProtectedHeader({ alg: 'HS256', typ: 'JWT' }).setExpirationTime(Math.floor(Date.now() / 1000) - 10).sign(new TextEncoder().encode(JWT_SECRET))
+    refused(await put(`${world.supabaseUrl}/storage/v1/object/upload/sign/uploads/${asked.key}?token=${expired}`, asked.headers, file), '400', /jwt expired/)
     await expectNothingKept(asked.key)
   })
 
-  it('404 for a malformed escape in the PUT\'s path (was a URIError, 500)', async () => {
-    const res = await fetch(`${world.baseUrl}/storage/v1/uploads/%E0%A4/x.png?size=1&expires=1&signature=00`, { method: 'PUT', body: 'x' })
-    expect(res.status).toBe(404)
-    expect(await res.json()).toEqual({ error: 'No such upload.' })
+  it('a malformed escape in the PUT\'s path is Storage\'s InvalidKey, not a 500', async () => {
+    const res = await put(`${world.supabaseUrl}/storage/v1/object/upload/sign/uploads/%E0%A4/x.png?token=x`, {}, Buffer.from('x'))
+    refused(res, '400', /Invalid key/)
   })
 
-  it('400 for a body of another size or checksum, 413 for a larger one', async () => {
+  it('another size, checksum or type than declared keeps nothing (the trigger refuses what Storage would record)', async () => {
     const file = png(8, 8)
     const asked = (await requestUpload(alice, file, 'image/png', 'x.png')).body
-    const shorter = await fetch(asked.url, { method: 'PUT', headers: asked.headers, body: new Uint8Array(file.subarray(0, file.length - 1)) })
-    expect(shorter.status).toBe(400)
+    refused(await put(asked.url, asked.headers, file.subarray(0, file.length - 1)), '403', new RegExp(`is ${file.length - 1} bytes, but this upload was declared as ${file.length} bytes`))
+    refused(await put(asked.url, asked.headers, Buffer.concat([file, Buffer.from('extra')])), '403', /declared as \d+ bytes/)
     const damaged = Buffer.from(file)
     damaged[damaged.length - 5] = damaged[damaged.length - 5]! ^ 0xff
-    const wrong = await put(asked.url, asked.headers, damaged)
-    expect(wrong.status).toBe(400)
-    expect(wrong.body.error).toMatch(/Content-MD5/)
-    const larger = await fetch(asked.url, { method: 'PUT', headers: asked.headers, body: new Uint8Array(Buffer.concat([file, Buffer.from('extra')])) })
-    expect([400, 413]).toContain(larger.status)
+    refused(await put(asked.url, asked.headers, damaged), '403', /does not match the checksum/)
+    // Another type the bucket takes, or none (Storage then records application/octet-stream).
+    refused(await put(asked.url, { ...asked.headers, 'Content-Type': 'image/jpeg' }, file), '403', /sent as image\/jpeg, but this upload was declared as image\/png/)
+    refused(await put(asked.url, { 'Content-MD5': asked.headers['Content-MD5'] }, file), '403', /sent as application\/octet-stream/)
+    // A type the bucket does not take: Storage's own refusal, before the database.
+    refused(await put(asked.url, { ...asked.headers, 'Content-Type': 'text/html' }, file), '415', /text\/html/)
     await expectNothingKept(asked.key)
+    const [row] = await world.sql`select stored_at from app.uploads where key = ${asked.key}`
+    expect(row!.stored_at).toBeNull()
+    // The same URL still stores the right file.
+    expect((await put(asked.url, asked.headers, file)).status).toBe(200)
+  })
+
+  it('a spent URL stores nothing more: a second PUT, or a PUT after the upload was removed', async () => {
+    const file = png(8, 9)
+    const asked = await upload(alice, file, 'image/png', 'once.png')
+    refused(await put(asked.url, asked.headers, file), '403', /This upload URL has been used/)
+    refused(await put(asked.url, asked.headers, png(8, 9).fill(1, 100)), '403', /This upload URL has been used/)
+    const [spent] = await world.sql`select stored_at from app.uploads where key = ${asked.key}`
+    expect(spent!.stored_at).not.toBeNull()
+    // Removed (never attached, a day old) and its file deleted: the URL, still within its two hours, stores nothing.
+    await world.sql`update app.uploads set created_at = now() - interval '25 hours' where key = ${asked.key}`
+    await world.maintain('1 day')
+    expect(existsSync(join(world.storageDir, 'uploads', ...asked.key.split('/')))).toBe(false)
+    refused(await put(asked.url, asked.headers, file), '403', /No such upload/)
+    await expectNothingKept(asked.key)
+    // Nor does the service role replace a stored object in the uploads bucket (an upsert).
+    const kept = await upload(alice, png(4, 4), 'image/png', 'kept.png')
+    const key = await world.serviceRoleKey()
+    const replaced = await fetch(`${world.supabaseUrl}/storage/v1/object/uploads/${kept.key}`, {
+      method: 'PUT', headers: { authorization: `Bearer ${key}`, 'content-type': 'image/png' }, body: new Uint8Array(png(4, 4)),
+    })
+    refused({ status: replaced.status, body: await replaced.json() }, '403', /This upload URL has been used/)
+    // Nor moved or given other metadata (Storage's move and metadata updates are UPDATEs of the row).
+    await expect(world.sql`update storage.objects set name = ${`${kept.key}.moved`} where bucket_id = 'uploads' and name = ${kept.key}`)
+      .rejects.toMatchObject({ code: '42501', message: expect.stringMatching(/never replaced/) })
+    await expect(world.sql`update storage.objects set metadata = metadata || '{"size": 1}' where bucket_id = 'uploads' and name = ${kept.key}`)
+      .rejects.toMatchObject({ code: '42501' })
+    // What account deletion does (owner cleared) is no replacement.
+    await world.sql`update storage.objects set owner = null where bucket_id = 'uploads' and name = ${kept.key}`
   })
 })
 
@@ -307,19 +350,45 @@ describe('PATCH, deletion and cleanup', () => {
     }
     const ran = await fetch(`${world.baseUrl}/internal/maintenance`, { method: 'POST', headers: { authorization: `Bearer ${WORKER_SECRET}` } })
     expect(ran.status).toBe(200)
-    expect(await ran.json()).toMatchObject({ removedUploads: 1, deletedFiles: expect.any(Number), measuredImages: 0 })
+    expect(await ran.json()).toMatchObject({ removedUploads: 1, deletedFiles: expect.any(Number), measuredImages: expect.any(Number) })
     expect(existsSync(join(world.storageDir, 'uploads', ...old.key.split('/')))).toBe(false)
   })
 
-  it('the worker measures stored images whose dimensions are unknown (as on Supabase, where Storage takes the PUT)', async () => {
+  it('the worker reads stored files no request attached yet: their type and an image\'s dimensions', async () => {
     const stored = await upload(alice, jpg(30, 20), 'image/jpeg', 'later.jpg')
-    await world.sql`update app.uploads set width = null, height = null, measured_at = null where key = ${stored.key}`
-    const todo = (await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'measure me', attachments: [stored.signed_id] } })).body
-    expect(todo.attachments[0]).toMatchObject({ width: null, height: null, aspect_ratio: null })
-    expect((await world.maintain()).measuredImages).toBe(1)
-    const again = await world.get(`/v1/todos/${todo.id}`, { auth: alice.api_key })
-    expect(again.body.attachments[0]).toMatchObject({ width: 30, height: 20, aspect_ratio: 1.5 })
+    const before = await world.sql`select sniffed_type, width, measured_at from app.uploads where key = ${stored.key}`
+    expect(before[0]).toMatchObject({ sniffed_type: null, width: null, measured_at: null })
+    expect((await world.maintain()).measuredImages).toBeGreaterThanOrEqual(1)
+    const [after] = await world.sql`select sniffed_type, width, height from app.uploads where key = ${stored.key}`
+    expect(after).toMatchObject({ sniffed_type: 'image/jpeg', width: 30, height: 20 })
     expect((await world.maintain()).measuredImages).toBe(0)
+    const todo = (await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'measured', attachments: [stored.signed_id] } })).body
+    expect(todo.attachments[0]).toMatchObject({ width: 30, height: 20, aspect_ratio: 1.5 })
+  })
+
+  it('a file whose bytes are not the declared type is refused when attached, and never shown inline', async () => {
+    const page = Buffer.from('<html><script>alert(1)</script></html>')
+    const asked = await upload(alice, page, 'image/png', 'cat.png')
+    const redirect = await fetch(`${world.baseUrl}/files/${asked.key}`, { redirect: 'manual' })
+    expect(redirect.headers.get('location')).toMatch(/&download=$/)
+    const attach = await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'a cat', attachments: [asked.signed_id] } })
+    expect(attach.status).toBe(422)
+    expect(attach.body.error).toMatch(/is not image\/png \(its bytes are application\/octet-stream\)/)
+  })
+
+  it('Range: 206 for a range, the suffix too; unsatisfiable as Storage answers it (HTTP 400, 416 in the body)', async () => {
+    const file = png(50, 50)
+    const asked = await upload(alice, file, 'image/png', 'ranged.png')
+    const link = (await fetch(`${world.baseUrl}/files/${asked.key}`, { redirect: 'manual' })).headers.get('location')!
+    const part = await fetch(link, { headers: { range: 'bytes=8-15' } })
+    expect(part.status).toBe(206)
+    expect(part.headers.get('content-range')).toBe(`bytes 8-15/${file.length}`)
+    expect(Buffer.from(await part.arrayBuffer()).equals(file.subarray(8, 16))).toBe(true)
+    const tail = await fetch(link, { headers: { range: 'bytes=-4' } })
+    expect(tail.status).toBe(206)
+    expect(Buffer.from(await tail.arrayBuffer()).equals(file.subarray(file.length - 4))).toBe(true)
+    const beyond = await fetch(link, { headers: { range: `bytes=${file.length}-` } })
+    refused({ status: beyond.status, body: await beyond.json() }, '416', /not satisfiable/)
   })
 
   it('GET /files answers 404 for unknown or malformed keys', async () => {
@@ -329,68 +398,5 @@ describe('PATCH, deletion and cleanup', () => {
     const malformed = await fetch(`${world.baseUrl}/files/%E0%A4`)
     expect(malformed.status).toBe(404)
     expect(await malformed.json()).toEqual({ error: 'No such file.' })
-  })
-})
-
-describe('Supabase Storage adapter (against a local stand-in of the Storage API)', () => {
-  it('signs uploads and downloads with the service role key', async () => {
-    const seen: { method?: string; url?: string; auth?: string; range?: string; body: string }[] = []
-    const fake = createServer((req, res) => {
-      let body = ''
-      req.on('data', (d) => (body += d))
-      req.on('end', () => {
-        seen.push({ method: req.method, url: req.url, auth: req.headers.authorization, range: req.headers.range, body })
-        res.setHeader('content-type', 'application/json')
-        if (req.method === 'DELETE') {
-          res.end('[]')
-        } else if (req.method === 'GET' && req.url?.includes('missing')) {
-          res.statusCode = 400
-          res.end(JSON.stringify({ error: 'not found' }))
-        } else if (req.method === 'GET') {
-          res.setHeader('content-type', 'application/octet-stream')
-          res.end('IMAGEBYTES')
-        } else if (req.url?.startsWith('/storage/v1/object/upload/sign/')) {
-          res.end(JSON.stringify({ url: `/object/upload/sign/uploads/abc/f.png?token=t0k`, token: 't0k' }))
-        } else if (req.url?.includes('missing')) {
-          res.statusCode = 400
-          res.end(JSON.stringify({ error: 'not found' }))
-        } else {
-          res.end(JSON.stringify({ signedURL: '/object/sign/uploads/abc/f.png?token=d0wn' }))
-        }
-      })
-    })
-    await new Promise<void>((resolve) => fake.listen(0, '127.0.0.1', () => resolve()))
-    const port = (fake.address() as { port: number }).port
-    try {
-      const storage = supabaseStorage({
-        supabaseUrl: `http://127.0.0.1:${port}`, serviceRoleKey: 'service-key',
-        contentTypeOf: async (key) => (key === 'abc/f.png' ? 'image/png' : null),
-      })
-      const signed = await storage.signUpload({ key: 'abc/f.png', contentType: 'image/png', checksumBase64: 'q83vEjRWeJA=', byteSize: 3 })
-      expect(signed).toEqual({
-        url: `http://127.0.0.1:${port}/storage/v1/object/upload/sign/uploads/abc/f.png?token=t0k`,
-        headers: { 'Content-Type': 'image/png', 'Content-MD5': 'q83vEjRWeJA=' },
-      })
-      expect(seen[0]).toMatchObject({ method: 'POST', url: '/storage/v1/object/upload/sign/uploads/abc/f.png', auth: 'Bearer service-key' })
-
-      const download = await storage.fileResponse('abc/f.png')
-      expect(download.status).toBe(302)
-      expect(download.headers.get('location')).toBe(`http://127.0.0.1:${port}/storage/v1/object/sign/uploads/abc/f.png?token=d0wn`)
-      expect(JSON.parse(seen[1]!.body)).toEqual({ expiresIn: 3600 })
-      expect((await storage.fileResponse('missing/f.png')).status).toBe(404)
-
-      await storage.deleteFiles(['abc/f.png', 'def/g.jpg'])
-      const deletion = seen.find((r) => r.method === 'DELETE')!
-      expect(deletion).toMatchObject({ url: '/storage/v1/object/uploads', auth: 'Bearer service-key' })
-      expect(JSON.parse(deletion.body)).toEqual({ prefixes: ['abc/f.png', 'def/g.jpg'] })
-
-      const head = await storage.readStart('abc/f.png', 1024)
-      const read = seen.find((r) => r.method === 'GET')!
-      expect(read).toMatchObject({ url: '/storage/v1/object/authenticated/uploads/abc/f.png', range: 'bytes=0-1023' })
-      expect(Buffer.from(head!).toString()).toBe('IMAGEBYTES')
-      expect(await storage.readStart('missing/x.png', 10)).toBeNull()
-    } finally {
-      fake.close()
-    }
   })
 })

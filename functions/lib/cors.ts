@@ -8,7 +8,7 @@ import type { MiddlewareHandler } from 'hono'
 export function corsPath(path: string): boolean {
   return path.startsWith('/v1/') || path === '/v1'
     || path === '/oauth/token' || path === '/oauth/revoke' || path === '/oauth/introspect' || path === '/oauth/token/info'
-    || path.startsWith('/files/') || path.startsWith('/assets/') || path.startsWith('/storage/v1/uploads/')
+    || path.startsWith('/files/') || path.startsWith('/assets/') || path.startsWith('/storage/v1/object/')
     || path === '/health'
 }
 

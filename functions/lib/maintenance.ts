@@ -1,24 +1,22 @@
 // The storage worker, the same on both platforms: removes uploads never attached within a
-// day, deletes the temporary files of PUTs that never finished (the local server, after a
-// crash), deletes the files the database queued (app.file_deletions), and measures images whose
-// dimensions are unknown (in production Storage receives the PUT, so nothing measured them).
+// day, deletes the files the database queued (app.file_deletions), and reads the stored files no
+// attaching request read yet (what their bytes are, images' dimensions: functions/lib/inspect.ts;
+// Storage receives the PUT, so nothing of ours saw the bytes).
 // Beside the files, it seals the hours of todos that are over (app.seal_todo_hours), so the
 // date filters of GET /v1/todos count from sums of hours (issue 26), and forgets the stored
 // answers of idempotency keys once their 24 hours are over (issue 29), and keeps the retention
 // of webhook delivery logs and spent notifications (issue 28; docs/reliability.md, "Retention").
 // `npm start` runs it every minute; on Supabase, pg_cron calls POST /internal/maintenance.
-import { imageSize } from 'image-size'
 import type { Sql } from 'postgres'
-import { detectedType } from './media.ts'
+import { inspectStored } from './inspect.ts'
 import { transaction } from './sql.ts'
 import type { FileStorage } from './storage.ts'
 
 export interface MaintenanceResult {
   removedUploads: number
   deletedFiles: number
+  /** Stored files read (what their bytes are, images measured). */
   measuredImages: number
-  /** Temporary files of PUTs that never finished, deleted. */
-  removedPartials: number
   /** Hours of todos counted into app.todo_hours. */
   sealedHours: number
   /** Stored answers of Idempotency-Keys older than 24 hours, deleted (app.forget_idempotency_keys). */
@@ -41,13 +39,10 @@ export const PRUNE_BATCHES_PER_RUN = 10
 const BATCH = 100
 /** Expired idempotency keys deleted per statement. */
 const FORGET_BATCH = 10_000
-/** Enough of the file for the header of any image type image-size reads, EXIF included. */
-const IMAGE_HEAD_BYTES = 512 * 1024
 
 export async function runStorageMaintenance(sql: Sql, storage: FileStorage, staleAfter = '1 day'): Promise<MaintenanceResult> {
   const [stale] = await sql`select app.remove_stale_uploads(${staleAfter}::interval) as removed`
   const [sealed] = await sql`select app.seal_todo_hours() as hours`
-  const removedPartials = (await storage.sweepIncomplete?.()) ?? 0
 
   // In batches, each its own short statement, until a batch comes back short: a day of keyed
   // requests goes in a few index-ordered deletes, never one long transaction.
@@ -90,27 +85,11 @@ export async function runStorageMaintenance(sql: Sql, storage: FileStorage, stal
   }
 
   let measuredImages = 0
-  const unmeasured = await sql`select key, filename from app.unmeasured_images(${BATCH})`
-  for (const { key, filename } of unmeasured) {
-    const head = await storage.readStart(key as string, IMAGE_HEAD_BYTES)
-    let width: number | null = null
-    let height: number | null = null
-    if (head) {
-      // A file declared application/octet-stream: Supabase Storage recorded that; find what it is
-      // from its bytes, else from its name (as the local storage server does on PUT).
-      await sql`select app.record_detected_type(${key as string}, ${await detectedType(head, filename as string | null)})`
-      try {
-        const size = imageSize(head)
-        const turned = (size.orientation ?? 1) >= 5
-        width = (turned ? size.height : size.width) ?? null
-        height = (turned ? size.width : size.height) ?? null
-      } catch {
-        // Not readable as an image: recorded as measured, dimensions unknown.
-      }
-    }
-    await sql`select app.record_image_size(${key as string}, ${width}, ${height})`
-    measuredImages++
+  const uninspected = await sql<{ key: string; filename: string | null; content_type: string }[]>`
+    select key, filename, content_type from app.uninspected_uploads(${BATCH})`
+  for (const upload of uninspected) {
+    if (await inspectStored(sql, storage, upload)) measuredImages++
   }
-  return { removedUploads: Number(stale?.removed ?? 0), deletedFiles, measuredImages, removedPartials, sealedHours: Number(sealed?.hours ?? 0), forgottenIdempotencyKeys,
+  return { removedUploads: Number(stale?.removed ?? 0), deletedFiles, measuredImages, sealedHours: Number(sealed?.hours ?? 0), forgottenIdempotencyKeys,
     prunedWebhookEvents, prunedNotifications }
 }

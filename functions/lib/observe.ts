@@ -13,9 +13,12 @@ const SECRET_PARAMS = new Set(['api_key', 'access_token', 'refresh_token', 'toke
  * Paths that are capabilities themselves: a stored file's key (128 random bits) is all it takes
  * to read the file at /files/{key} (or, before it is attached, to learn where it will be), and an
  * export's archive at /exports/{key}/export.json, so the log keeps the route and drops the key
- * (not the export ids of /v1/exports/{id}). Older archive links (/storage/v1/exports/…) too.
+ * (not the export ids of /v1/exports/{id}). Storage's object paths (/storage/v1/object/[upload/]sign/
+ * {bucket}/{name}, …: the signed upload and download URLs `npm start` serves) keep the route and
+ * bucket and drop the name, whose token goes with the secret parameters. Older links
+ * (/storage/v1/uploads/…, /storage/v1/exports/…) too.
  */
-const CAPABILITY_PATHS = /^(.*?\/(?:files|storage\/v1\/uploads|storage\/v1\/exports|exports(?=\/[^/]+\/export\.json$)))\/.+$/
+const CAPABILITY_PATHS = /^(.*?\/(?:files|storage\/v1\/object(?:\/(?:upload\/sign|sign|authenticated|info|public))?\/[a-z0-9][a-z0-9_.-]*|storage\/v1\/uploads|storage\/v1\/exports|exports(?=\/[^/]+\/export\.json$)))\/.+$/
 
 /** The path of a URL as the log shows it: a file's key replaced. */
 function loggedPathname(pathname: string): string {

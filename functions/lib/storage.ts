@@ -1,7 +1,8 @@
 // Where uploaded files go. The app signs uploads and serves files through a FileStorage:
-// the local storage server in `npm start` and the tests (local/storage.ts), Supabase Storage
-// in production (functions/lib/supabase-storage.ts). Both record stored files in
-// storage.objects, which is what SQL checks before attaching an upload.
+// Supabase Storage's REST API (functions/lib/supabase-storage.ts) on both entries, the hosted
+// service in production and local/storage-api.ts under `npm start`, `start:edge` and the tests.
+// Storage records stored files in storage.objects, where a trigger binds each to its upload
+// (app.tg_storage_objects__bind_upload), which is what SQL checks before attaching an upload.
 import { SignJWT, errors as joseErrors, jwtVerify } from 'jose'
 import { toHex } from './tokens.ts'
 
@@ -22,17 +23,15 @@ export interface SignedUpload {
 
 export interface FileStorage {
   signUpload(upload: UploadToSign): Promise<SignedUpload>
-  /** The answer to GET /files/{key}: the file, or a redirect to it. */
-  fileResponse(key: string): Promise<Response>
+  /**
+   * The answer to GET /files/{key}: the file, or a redirect to it; shown in the browser only
+   * when `inline` (a raster image or video whose bytes were read and are what was declared).
+   */
+  fileResponse(key: string, inline: boolean): Promise<Response>
   /** Deletes stored files; keys that are already gone are not an error. */
   deleteFiles(keys: string[]): Promise<void>
   /** The first `bytes` bytes of a stored file (to read image dimensions), or null when it is gone. */
   readStart(key: string, bytes: number): Promise<Uint8Array | null>
-  /**
-   * Deletes what unfinished PUTs left behind (the local server's temporary files, after a crash);
-   * the number removed. Absent where storage keeps no partial files of ours (Supabase Storage).
-   */
-  sweepIncomplete?(): Promise<number>
   /**
    * Stores a data export's archive (key: exportKey(), in the private `exports` bucket) from a
    * stream, never holding it whole; resolves to its size in bytes. Absent: exports are off.
@@ -65,19 +64,6 @@ export async function uploadSigningKey(jwtSecret: string): Promise<Uint8Array> {
   return new Uint8Array(await crypto.subtle.sign('HMAC', key, encoder.encode('todo-sharing uploads')))
 }
 
-export async function hmacHex(key: Uint8Array, message: string): Promise<string> {
-  const imported = await crypto.subtle.importKey('raw', key as BufferSource, { name: 'HMAC', hash: 'SHA-256' }, false, ['sign'])
-  return toHex(await crypto.subtle.sign('HMAC', imported, encoder.encode(message)))
-}
-
-/** Constant-time comparison of two hex strings. */
-export function sameHex(a: string, b: string): boolean {
-  if (a.length !== b.length) return false
-  let diff = 0
-  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i)
-  return diff === 0
-}
-
 /** The signed_id of an upload: a short JWT naming it, so a client cannot attach an upload it invents. */
 export async function signUploadId(key: Uint8Array, uploadId: string): Promise<string> {
   return await new SignJWT({})
@@ -98,14 +84,4 @@ export async function verifyUploadId(key: Uint8Array, signedId: string): Promise
   } catch (err) {
     return { ok: false, reason: err instanceof joseErrors.JWTExpired ? 'expired' : 'invalid' }
   }
-}
-
-/** What the local storage server's signature covers: the PUT can only store this exact file. */
-export function localUploadCanonical(key: string, expires: number, contentType: string, checksumBase64: string, byteSize: number): string {
-  return [key, String(expires), contentType, checksumBase64, String(byteSize)].join('\n')
-}
-
-/** Path of the local storage server's upload endpoint for a key. */
-export function localUploadPath(key: string): string {
-  return `/storage/v1/uploads/${key.split('/').map(encodeURIComponent).join('/')}`
 }

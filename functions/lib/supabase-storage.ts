@@ -1,7 +1,6 @@
 // Supabase Storage as the FileStorage of production: signed upload URLs from the Storage API
 // (the client PUTs straight to Supabase), and signed download URLs for GET /files/{key}.
 // Runtime-neutral (fetch only), so the Edge Function uses it as is.
-import { servedInline } from './media.ts'
 import { EXPORT_KEY_PATTERN, type FileStorage, type SignedUpload, type UploadToSign } from './storage.ts'
 
 export const UPLOADS_BUCKET = 'uploads'
@@ -19,10 +18,10 @@ export interface SupabaseStorageOptions {
   downloadSeconds?: number
   fetch?: typeof fetch
   /**
-   * The stored type of a file (storage.objects.metadata.mimetype), so GET /files/{key} lets
-   * Storage serve inline only raster images and video; without it every file is a download.
+   * Where clients reach Storage (the signed upload and download URLs handed out): default
+   * supabaseUrl. `npm start` calls its own Storage API in-process and hands out PUBLIC_URL's.
    */
-  contentTypeOf?: (key: string) => Promise<string | null>
+  publicUrl?: string | (() => string)
 }
 
 const objectPath = (key: string) => `${UPLOADS_BUCKET}/${key.split('/').map(encodeURIComponent).join('/')}`
@@ -44,6 +43,10 @@ function counting(body: ReadableStream<Uint8Array>): { stream: ReadableStream<Ui
 
 export function supabaseStorage(options: SupabaseStorageOptions): FileStorage {
   const base = options.supabaseUrl.replace(/\/+$/, '') + '/storage/v1'
+  const publicBase = () => {
+    const url = typeof options.publicUrl === 'function' ? options.publicUrl() : options.publicUrl
+    return url ? url.replace(/\/+$/, '') + '/storage/v1' : base
+  }
   const request = options.fetch ?? fetch
   const headers = { authorization: `Bearer ${options.serviceRoleKey}`, apikey: options.serviceRoleKey, 'content-type': 'application/json' }
 
@@ -55,7 +58,7 @@ export function supabaseStorage(options: SupabaseStorageOptions): FileStorage {
       if (!response.ok) throw new Error(`Supabase Storage refused to sign an upload: ${response.status} ${await response.text()}`)
       const { url } = (await response.json()) as { url: string }
       return {
-        url: base + url,
+        url: publicBase() + url,
         headers: { 'Content-Type': upload.contentType, 'Content-MD5': upload.checksumBase64 },
       }
     },
@@ -98,7 +101,7 @@ export function supabaseStorage(options: SupabaseStorageOptions): FileStorage {
       if (!response.ok) throw new Error(`Supabase Storage refused to sign an export download: ${response.status} ${await response.text()}`)
       const { signedURL } = (await response.json()) as { signedURL: string }
       // Always a download (Content-Disposition: attachment), never shown on the API's origin.
-      return new Response(null, { status: 302, headers: { location: `${base}${signedURL}&download=todo-export.json`, 'cache-control': 'no-store' } })
+      return new Response(null, { status: 302, headers: { location: `${publicBase()}${signedURL}&download=todo-export.json`, 'cache-control': 'no-store' } })
     },
 
     async readStart(key: string, bytes: number): Promise<Uint8Array | null> {
@@ -110,7 +113,7 @@ export function supabaseStorage(options: SupabaseStorageOptions): FileStorage {
       return new Uint8Array(await response.arrayBuffer())
     },
 
-    async fileResponse(key: string): Promise<Response> {
+    async fileResponse(key: string, inline: boolean): Promise<Response> {
       const response = await request(`${base}/object/sign/${objectPath(key)}`, {
         method: 'POST',
         headers,
@@ -122,9 +125,9 @@ export function supabaseStorage(options: SupabaseStorageOptions): FileStorage {
       if (!response.ok) throw new Error(`Supabase Storage refused to sign a download: ${response.status}`)
       const { signedURL } = (await response.json()) as { signedURL: string }
       // Storage answers on the API's origin (<ref>.supabase.co): whatever is not a raster image
-      // or a video is sent with Content-Disposition: attachment (Storage's `download` parameter).
-      const mime = options.contentTypeOf ? await options.contentTypeOf(key) : null
-      const location = base + signedURL + (mime !== null && servedInline(mime) ? '' : '&download=')
+      // or a video whose bytes were read and found to be one is sent with Content-Disposition:
+      // attachment (Storage's `download` parameter).
+      const location = publicBase() + signedURL + (inline ? '' : '&download=')
       return new Response(null, { status: 302, headers: { location, 'cache-control': 'private, max-age=60' } })
     },
   }

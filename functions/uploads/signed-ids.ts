@@ -1,8 +1,12 @@
 // Turning the signed_ids a client sends in `attachments` into upload ids for SQL. The
 // signature and expiry are checked here (the secret never reaches the database); whose upload
-// it is and whether its file arrived are checked in SQL (app.attach_uploads).
+// it is and whether its file arrived are checked in SQL (app.attach_uploads). A stored file no
+// one read yet is read here first (functions/lib/inspect.ts), so SQL can check that its bytes are
+// what was declared: Storage records only what the PUT said.
 import type { AppContext } from '../lib/context.ts'
 import { ApiError } from '../lib/errors.ts'
+import { inspectStored } from '../lib/inspect.ts'
+import { inTurn } from '../lib/respond.ts'
 import { uploadSigningKey, verifyUploadId } from '../lib/storage.ts'
 
 const keys = new Map<string, Promise<Uint8Array>>()
@@ -29,5 +33,22 @@ export async function uploadIds(c: AppContext, signedIds: string[] | undefined, 
     ids.push(check.uploadId)
   }
   if (new Set(ids).size !== ids.length) throw new ApiError(422, `${field}: the same upload is named twice.`)
+  await inspectUploads(c, ids)
   return ids
+}
+
+/** Reads the stored files of these uploads that nobody read yet (once each), before SQL attaches them. */
+async function inspectUploads(c: AppContext, ids: string[]): Promise<void> {
+  const { sql, storage } = c.var.deps
+  await inTurn(c, async () => {
+    const pending = await sql<{ key: string; filename: string | null; content_type: string }[]>`
+      select key, filename, content_type from app.uploads_to_inspect(${ids}::uuid[])`
+    try {
+      await Promise.all(pending.map((upload) => inspectStored(sql, storage, upload)))
+    } catch (err) {
+      // Storage did not answer (or refused the service role): nothing was attached; safe to repeat.
+      console.error('reading stored files failed:', (err as Error).message)
+      throw new ApiError(503, 'The stored files could not be read just now; try again shortly.', {}, { 'Retry-After': '5' })
+    }
+  })
 }

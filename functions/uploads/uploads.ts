@@ -1,5 +1,6 @@
 // Uploads: direct uploads to storage with a pre-signed PUT, and the files served back.
 import { ApiError } from '../lib/errors.ts'
+import { servedInline } from '../lib/media.ts'
 import { callFor, inTurn } from '../lib/respond.ts'
 import { createRouter } from '../lib/router.ts'
 import { signUploadId } from '../lib/storage.ts'
@@ -63,7 +64,11 @@ uploads.get('/files/*', async (c) => {
   // Served only while its upload exists: a file whose upload was removed (its todo, comment or
   // message deleted, its member's account deleted) is gone at once, not when the storage worker
   // gets to its queued deletion (app.file_deletions) a minute or more later.
-  const [live] = await inTurn(c, () => c.var.deps.sql`select 1 as live from app.uploads where key = ${key}`)
+  // Shown inline only when its bytes were read and are the raster image or video it was declared
+  // as (sniffed_type): an HTML page PUT as image/png is a download, even before it is attached.
+  const [live] = await inTurn(c, () => c.var.deps.sql`
+    select u.content_type, u.sniffed_type from app.uploads u where u.key = ${key} and u.stored_at is not null`)
   if (!live) return c.json({ error: 'No such file.' }, 404)
-  return await c.var.deps.storage.fileResponse(key)
+  const inline = live.sniffed_type === live.content_type && servedInline(String(live.content_type))
+  return await c.var.deps.storage.fileResponse(key, inline)
 })

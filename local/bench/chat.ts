@@ -13,7 +13,7 @@ import { createApp } from '../../functions/app.ts'
 import { createSql } from '../../functions/lib/sql.ts'
 import { runAdmin } from '../admin-commands.ts'
 import { startRealtimeGateway } from '../realtime.ts'
-import { localStorage } from '../storage.ts'
+import { localSupabaseStorage } from '../storage-api.ts'
 
 export interface ChatLatency {
   clients: number
@@ -32,7 +32,7 @@ export async function measureChatLatency(options: { databaseUrl: string; jwtSecr
   const sql = createSql(options.databaseUrl, { max: 10 })
   const storageDir = await mkdtemp(join(tmpdir(), 'bench-chat-'))
   let baseUrl = ''
-  const storage = localStorage({ dir: storageDir, get publicUrl() { return baseUrl }, jwtSecret: options.jwtSecret, sql })
+  const { storage } = await localSupabaseStorage({ dir: storageDir, publicUrl: () => baseUrl, jwtSecret: options.jwtSecret, sql })
   const app = createApp({ sql, publicUrl: 'http://bench.test', jwtSecret: options.jwtSecret, upgradeUrl: 'http://bench.test/upgrade', storage })
   let server: ServerType | null = null
   baseUrl = await new Promise<string>((resolve) => {

@@ -22,7 +22,7 @@ import { startApnsStandIn } from '../../test/support/push.ts'
 import { runAdmin } from '../admin-commands.ts'
 import { databasePoolSize } from '../config.ts'
 import { generateVapidKeys, nodePushTransport } from '../push-sender.ts'
-import { localStorage } from '../storage.ts'
+import { localSupabaseStorage } from '../storage-api.ts'
 import { databaseUrl, migrateDatabase } from './databases.ts'
 import { type HttpRequest, type Measurement, runHttp } from './load.ts'
 
@@ -66,7 +66,7 @@ export async function measureNotifications(options: {
   const apns = await startApnsStandIn()
   const transport = nodePushTransport({ vapid: { ...generateVapidKeys(), subject: 'mailto:bench@todo.test' }, allowPrivate: true, apnsCa: apns.ca })
   const storageDir = await mkdtemp(join(tmpdir(), 'bench-notifications-'))
-  const storage = localStorage({ dir: storageDir, publicUrl: 'http://bench.test', jwtSecret: options.jwtSecret, sql })
+  const { storage } = await localSupabaseStorage({ dir: storageDir, publicUrl: 'http://bench.test', jwtSecret: options.jwtSecret, sql })
   const app = createApp({ sql, publicUrl: 'http://bench.test', jwtSecret: options.jwtSecret, upgradeUrl: 'http://bench.test/upgrade', storage })
   let server: ServerType | null = null
   const baseUrl = await new Promise<string>((resolve) => {

@@ -21,7 +21,7 @@ import { createSql } from '../../functions/lib/sql.ts'
 import { drainWebhooks } from '../../functions/lib/webhooks.ts'
 import { runAdmin } from '../admin-commands.ts'
 import { databasePoolSize } from '../config.ts'
-import { localStorage } from '../storage.ts'
+import { localSupabaseStorage } from '../storage-api.ts'
 import { LOCAL_WEBHOOK_DRAIN, runWebhookWorker } from '../webhook-runner.ts'
 import { nodeWebhookSender } from '../webhook-sender.ts'
 import { databaseUrl, migrateDatabase } from './databases.ts'
@@ -72,7 +72,7 @@ export async function measureWebhooks(options: {
   const workerSql = createSql(url, { max: 4 })
   const sender = nodeWebhookSender({ allowPrivate: true })
   const storageDir = await mkdtemp(join(tmpdir(), 'bench-webhooks-'))
-  const storage = localStorage({ dir: storageDir, publicUrl: 'http://bench.test', jwtSecret: options.jwtSecret, sql })
+  const { storage } = await localSupabaseStorage({ dir: storageDir, publicUrl: 'http://bench.test', jwtSecret: options.jwtSecret, sql })
   // As npm start: the API wakes the in-process worker after each todo (only while it runs, below).
   let kick: (() => void) | null = null
   const app = createApp({

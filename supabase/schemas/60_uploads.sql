@@ -28,26 +28,24 @@ create table app.uploads (
   updated_at   timestamptz not null default now(),
   message_id   uuid references app.messages(id) on delete cascade,
   measured_at  timestamptz,
-  put_started_at timestamptz,
   detected_type text,
   constraint uploads_attached_has_time check (((todo_id is null) and (comment_id is null) and (message_id is null)) = (attached_at is null)),
   constraint uploads_one_target check (num_nonnulls(todo_id, comment_id, message_id) <= 1)
 );
 comment on table app.uploads is
-  'A file a member uploads. Attached to a todo or comment it is an Attachment (id att_…); never attached, it is removed after a day. Its checksum is the MD5 the client declared, which storage verifies on PUT.';
+  'A file a member uploads. Attached to a todo or comment it is an Attachment (id att_…); never attached, it is removed after a day. Its checksum is the MD5 the client declared, which the object Storage records must match (app.tg_storage_objects__bind_upload).';
 comment on column app.uploads.key is
   'Storage key in the uploads bucket: 128 random bits and the cleaned file name. Unguessable, so the file URL can be shared with exactly those who may see the attachment.';
 comment on column app.uploads.measured_at is
-  'When the worker or the storage server read the image''s dimensions (null: not yet). Set also when the file could not be read as an image, so it is not read again.';
+  'When the file''s bytes were read (app.record_upload_inspection) and, for an image, its dimensions (null: not yet). Set also when the file could not be read as an image, so it is not read again.';
 comment on column app.uploads.detected_type is
-  'For an upload declared application/octet-stream (any type we do not name is declared so: the PUT carries application/octet-stream): the type found in the file''s bytes (file-type), else the type of its file name''s extension when a name may give it (never an active type: functions/lib/media.ts typeFromName), by the local storage server on PUT or the storage worker on Supabase; null until then or when nothing is recognised. The attachment''s mime_type is this, else content_type. Members cannot write it.';
-comment on column app.uploads.put_started_at is 'When the storage server began receiving the file (null: no PUT in progress). A claim, so that two PUTs of one signed URL cannot both land; released when a PUT fails, and void after the PUT''s deadline (a crashed server).';
+  'For an upload declared application/octet-stream (any type we do not name is declared so: the PUT carries application/octet-stream): the type found in the file''s bytes (file-type), else the type of its file name''s extension when a name may give it (never an active type: functions/lib/media.ts typeFromName), by the first attaching request or the storage worker (app.record_upload_inspection); null until then or when nothing is recognised. The attachment''s mime_type is this, else content_type. Members cannot write it.';
 create index uploads_user_id_idx on app.uploads (user_id);
 create index uploads_todo_id_idx on app.uploads (todo_id, attached_at, id) where (todo_id is not null);
 create index uploads_comment_id_idx on app.uploads (comment_id, attached_at, id) where (comment_id is not null);
 create index uploads_unattached_idx on app.uploads (created_at) where (attached_at is null);
 create index uploads_message_id_idx on app.uploads (message_id) where (message_id is not null);
-create index uploads_unmeasured_idx on app.uploads (created_at) where (measured_at is null);
+-- stored_at and sniffed_type (issue 30) come after the rendered card: 70_rendering.sql adds them, in migration order.
 
 create table app.file_deletions (
   key          text primary key,
@@ -78,9 +76,6 @@ as $$
 declare
   wanted uuid[] := array(select (value #>> '{}')::uuid from jsonb_array_elements(coalesce(upload_ids, '[]'::jsonb)));
   upload app.uploads;
-  object_size bigint;
-  object_etag text;
-  object_type text;
 begin
   -- Only onto what the requesting member wrote (the callers check too; this keeps it true).
   if (target_todo is not null and not exists (select 1 from app.todos t where t.id = target_todo and t.user_id = (select auth.uid())))
@@ -94,25 +89,14 @@ begin
     elsif upload.attached_at is not null then
       perform app.http_error(422, format('%s: that upload is already attached.', field));
     end if;
-    select (o.metadata ->> 'size')::bigint, o.metadata ->> 'eTag', lower(btrim(split_part(o.metadata ->> 'mimetype', ';', 1)))
-      into object_size, object_etag, object_type
-    from storage.objects o where o.bucket_id = 'uploads' and o.name = upload.key;
-    if object_size is null then
+    if upload.stored_at is null then
       perform app.http_error(422, format('%s: the file %L has not been uploaded yet.', field, upload.filename));
-    elsif object_size <> upload.byte_size
-       or (object_etag is not null and lower(trim(both '"' from object_etag)) <> encode(upload.checksum, 'hex')) then
-      perform app.http_error(422, format('%s: the stored file %L does not match its size or checksum.', field, upload.filename));
-    elsif upload.content_type = 'application/octet-stream' then
-      -- Declared as bytes of no named type: any stored type will do, and what storage found in
-      -- the file (the local server records it on PUT; Supabase records the PUT's octet-stream,
-      -- and the worker sniffs) is the attachment's type.
-      if upload.detected_type is null and object_type is distinct from 'application/octet-stream' then
-        upload.detected_type := object_type;
-        update app.uploads u set detected_type = object_type where u.id = upload.id;
-      end if;
-    elsif object_type is distinct from upload.content_type then
-      perform app.http_error(422, format('%s: the stored file %L is not %s (it was stored as %s).',
-        field, upload.filename, upload.content_type, coalesce(object_type, 'an unknown type')));
+    elsif upload.sniffed_type is null then
+      -- The attaching request reads every stored file it names first; null means storage had it not.
+      perform app.http_error(422, format('%s: the file %L could not be read from storage yet; try again.', field, upload.filename));
+    elsif upload.content_type <> 'application/octet-stream' and upload.sniffed_type <> upload.content_type then
+      perform app.http_error(422, format('%s: the stored file %L is not %s (its bytes are %s).',
+        field, upload.filename, upload.content_type, upload.sniffed_type));
     end if;
     if target_message is not null and coalesce(upload.detected_type, upload.content_type) !~ '^(image|video)/' then
       perform app.http_error(422, format('%s must be an image or a video.', field));
@@ -127,7 +111,7 @@ begin
 end;
 $$;
 comment on function app.attach_uploads(jsonb, uuid, uuid, uuid, text) is
-  'Attaches the caller''s uploads (ids from verified signed_ids) to a todo, comment or message, in order. 422 naming the field when an upload is someone else''s, already attached, not (completely) stored yet, stored with another size, MD5 or type than declared (an upload declared application/octet-stream takes any stored type, which becomes its detected_type) (storage.objects.metadata: the local server records the type it found in the file, Supabase Storage the PUT''s Content-Type, which the bucket limits to allowed_mime_types), or unknown; messages take only images and videos. Security definer: storage.objects is not readable by members. Rows are locked so two requests cannot attach one upload twice.';
+  'Attaches the caller''s uploads (ids from verified signed_ids) to a todo, comment or message, in order. 422 naming the field when an upload is someone else''s, already attached, not stored yet (stored_at: Storage recorded it with the declared size, type and MD5, app.tg_storage_objects__bind_upload), not read yet, or of a named type its bytes do not show (sniffed_type; an upload declared application/octet-stream takes what its bytes are, its detected_type), or unknown; messages take only images and videos. Security definer: it reads and locks rows of the member''s uploads whatever the policies. Rows are locked so two requests cannot attach one upload twice.';
 grant execute on function app.attach_uploads(jsonb, uuid, uuid, uuid, text) to authenticated;
 
 create function app.reserve_upload_bytes(requested bigint)
@@ -206,77 +190,6 @@ comment on function app.detach_uploads(jsonb, uuid, uuid, text) is
   'Removes attachments (att_ ids) from the given todo or comment; their files are queued for deletion by the uploads trigger. 422 naming the field for an id that is not attached there. The caller has already proven it owns the target.';
 grant execute on function app.detach_uploads(jsonb, uuid, uuid, text) to authenticated;
 
-create function app.record_stored_file(object_key text, size bigint, md5_hex text, mime text, image_width integer, image_height integer)
-returns boolean
-language plpgsql
-volatile
-security definer
-set search_path = ''
-as $$
-declare
-  upload app.uploads;
-  inserted integer;
-begin
-  select * into upload from app.uploads u where u.key = object_key for update;
-  if upload.id is null then
-    return false;
-  end if;
-  insert into storage.objects (bucket_id, name, owner, metadata)
-  values ('uploads', object_key, upload.user_id,
-          jsonb_build_object('size', size, 'mimetype', mime, 'eTag', '"' || md5_hex || '"', 'contentLength', size))
-  on conflict (bucket_id, name) do nothing;
-  get diagnostics inserted = row_count;
-  if inserted = 0 then
-    return false;
-  end if;
-  update app.uploads u set width = image_width, height = image_height, measured_at = now(), put_started_at = null
-  where u.id = upload.id;
-  return true;
-end;
-$$;
-comment on function app.record_stored_file(text, bigint, text, text, integer, integer) is
-  'Records a file that the local storage server accepted, as Supabase Storage records objects (mime: the type the server found in the file), plus the image dimensions read from it (measured). False when the key names no upload or a file is already stored for it (the caller then discards its file): the first completed PUT stays.';
-grant execute on function app.record_stored_file(text, bigint, text, text, integer, integer) to service_role;
-
-create function app.begin_stored_file(object_key text, put_deadline interval)
-returns text
-language plpgsql
-volatile
-security definer
-set search_path = ''
-as $$
-declare
-  upload app.uploads;
-begin
-  select * into upload from app.uploads u where u.key = object_key for update;
-  if upload.id is null then
-    return 'unknown';
-  elsif exists (select 1 from storage.objects o where o.bucket_id = 'uploads' and o.name = object_key) then
-    return 'stored';
-  elsif upload.put_started_at is not null and upload.put_started_at > now() - put_deadline then
-    return 'busy';
-  end if;
-  update app.uploads u set put_started_at = now() where u.id = upload.id;
-  return 'claimed';
-end;
-$$;
-comment on function app.begin_stored_file(text, interval) is
-  'The local storage server calls this before it reads a PUT''s body: ''claimed'' (go on), ''unknown'' (no such upload), ''stored'' (a PUT already completed: one per signed URL) or ''busy'' (another PUT is receiving it, started within put_deadline). The row lock makes the claim atomic, so of two concurrent PUTs one is refused. Supabase Storage does the same with its own rule: a signed upload URL without upsert cannot overwrite an object.';
-grant execute on function app.begin_stored_file(text, interval) to service_role;
-
-create function app.end_stored_file(object_key text)
-returns void
-language sql
-volatile
-security definer
-set search_path = ''
-as $$
-  update app.uploads u set put_started_at = null where u.key = object_key
-$$;
-comment on function app.end_stored_file(text) is
-  'Releases the claim of a PUT that failed (aborted, timed out, another size or MD5), so the client may PUT again with the same URL until it expires. Nothing of the failed PUT is kept.';
-grant execute on function app.end_stored_file(text) to service_role;
-
 create function app.take_file_deletions(batch integer)
 returns setof text
 language sql
@@ -323,49 +236,53 @@ comment on function app.remove_stale_uploads(interval) is
   'Removes uploads never attached within `older_than` (a day in production); their files are queued for deletion by the trigger.';
 grant execute on function app.remove_stale_uploads(interval) to service_role;
 
-create function app.unmeasured_images(batch integer)
-returns table(key text, filename text)
+create function app.uninspected_uploads(batch integer)
+returns table(key text, filename text, content_type text)
 language sql
 stable
 security definer
 set search_path = ''
 as $$
-  select u.key, u.filename from app.uploads u
-  where u.measured_at is null and (coalesce(u.detected_type, u.content_type) ~ '^image/' or u.content_type = 'application/octet-stream')
-    and exists (select 1 from storage.objects o where o.bucket_id = 'uploads' and o.name = u.key)
-  order by u.created_at
+  select u.key, u.filename, u.content_type from app.uploads u
+  where u.sniffed_type is null and u.stored_at is not null
+  order by u.stored_at
   limit batch
 $$;
-comment on function app.unmeasured_images(integer) is
-  'Stored images whose dimensions are not known yet, and stored files declared application/octet-stream not read yet (the worker finds their type from the bytes, else from the file name''s extension, then measures them if they are images), oldest first, for the storage worker, with their file names.';
-grant execute on function app.unmeasured_images(integer) to service_role;
+comment on function app.uninspected_uploads(integer) is
+  'Stored files whose bytes nobody read yet (no attach tried them), oldest first, with their names and declared types, for the storage worker: it finds what they are (functions/lib/inspect.ts) and measures images.';
+grant execute on function app.uninspected_uploads(integer) to service_role;
 
-create function app.record_image_size(object_key text, image_width integer, image_height integer)
+create function app.uploads_to_inspect(upload_ids uuid[])
+returns table(key text, filename text, content_type text)
+language sql
+stable
+security definer
+set search_path = ''
+as $$
+  select u.key, u.filename, u.content_type from app.uploads u
+  where u.id = any (upload_ids) and u.sniffed_type is null and u.stored_at is not null
+$$;
+comment on function app.uploads_to_inspect(uuid[]) is
+  'Of the uploads a request is about to attach (ids from signed_ids the HTTP layer verified, so only ids we issued), those stored and whose bytes nobody read yet: the HTTP layer reads their start from storage and records what they are (app.record_upload_inspection) before attaching. Whose they are is checked by app.attach_uploads; reading a file records only the truth about it. Called by the API''s own connection, not as a member.';
+grant execute on function app.uploads_to_inspect(uuid[]) to service_role;
+
+create function app.record_upload_inspection(object_key text, sniffed text, image_width integer, image_height integer)
 returns void
 language sql
 volatile
 security definer
 set search_path = ''
 as $$
-  update app.uploads u set width = image_width, height = image_height, measured_at = now() where u.key = object_key
+  update app.uploads u
+     set sniffed_type = sniffed,
+         detected_type = case when u.content_type = 'application/octet-stream' and u.detected_type is null
+                              then nullif(sniffed, 'application/octet-stream') else u.detected_type end,
+         width = image_width, height = image_height, measured_at = now()
+   where u.key = object_key and u.stored_at is not null and u.sniffed_type is null and sniffed is not null
 $$;
-comment on function app.record_image_size(text, integer, integer) is
-  'Records what the worker read of an image (null dimensions when unreadable), so it is measured once.';
-grant execute on function app.record_image_size(text, integer, integer) to service_role;
-
-create function app.record_detected_type(object_key text, mime text)
-returns void
-language sql
-volatile
-security definer
-set search_path = ''
-as $$
-  update app.uploads u set detected_type = mime
-  where u.key = object_key and u.content_type = 'application/octet-stream' and u.detected_type is null and mime is not null
-$$;
-comment on function app.record_detected_type(text, text) is
-  'Records the type the storage worker found in the bytes of a file declared application/octet-stream (Supabase Storage records the PUT''s type, octet-stream); other uploads keep the type they were checked against.';
-grant execute on function app.record_detected_type(text, text) to service_role;
+comment on function app.record_upload_inspection(text, text, integer, integer) is
+  'Records what the bytes of a stored file are, once (the first of the attaching request and the storage worker): sniffed_type (the declared type when the file starts as one, else application/octet-stream; for a file declared application/octet-stream the type found in its bytes or name), detected_type for those declared application/octet-stream, and the dimensions of an image (null when unreadable). Called by the API''s own connection (the attaching request) and the storage worker, never as a member: members cannot write these columns.';
+grant execute on function app.record_upload_inspection(text, text, integer, integer) to service_role;
 
 -- ============================================================================
 -- Row-level security and grants
@@ -416,6 +333,69 @@ create trigger _200_queue_file_deletion after delete on app.uploads
 
 create trigger _100_set_updated_at before update on app.uploads
   for each row execute function app.tg__set_updated_at();
+
+create function app.tg_storage_objects__bind_upload()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  upload app.uploads;
+  stored_size text;
+  stored_type text;
+  stored_etag text;
+begin
+  if tg_op = 'UPDATE' then
+    -- A stored file is never replaced, renamed or moved into another name: an upsert of a spent
+    -- signed URL (two PUTs that both passed Storage's check before either was recorded) lands here.
+    if new.bucket_id is distinct from old.bucket_id or new.name is distinct from old.name
+       or new.metadata is distinct from old.metadata then
+      raise exception 'This upload URL has been used: the file is stored and is never replaced. Ask POST /v1/uploads for a new URL to upload another file.'
+        using errcode = '42501';
+    end if;
+    return new;
+  end if;
+  -- The upload row locked: of two PUTs of one URL, the second waits here and then sees the first stored.
+  select * into upload from app.uploads u where u.key = new.name for update;
+  if upload.id is null then
+    raise exception 'No such upload: it was removed, or never asked for (POST /v1/uploads gives the URL to PUT to).'
+      using errcode = '42501';
+  elsif upload.stored_at is not null then
+    raise exception 'This upload URL has been used: the file is stored. Ask POST /v1/uploads for a new URL to upload another file.'
+      using errcode = '42501';
+  end if;
+  if new.metadata is null then
+    -- Storage's permission probe before it reads the body (Uploader.canUpload inserts the row
+    -- without metadata and rolls back): an unknown or spent upload is refused before a byte is stored.
+    return new;
+  end if;
+  stored_size := new.metadata ->> 'size';
+  stored_type := lower(btrim(split_part(coalesce(new.metadata ->> 'mimetype', ''), ';', 1)));
+  stored_etag := lower(btrim(coalesce(new.metadata ->> 'eTag', ''), '"'));
+  if stored_size is null or stored_size !~ '^[0-9]{1,19}$' or stored_size::numeric <> upload.byte_size then
+    raise exception 'The file is % bytes, but this upload was declared as % bytes: nothing was kept. PUT exactly the file you declared.',
+      coalesce(stored_size, 'an unknown number of'), upload.byte_size using errcode = '42501';
+  elsif stored_type <> upload.content_type then
+    raise exception 'The file was sent as %, but this upload was declared as %: nothing was kept. PUT it with the Content-Type of the upload''s headers.',
+      coalesce(nullif(stored_type, ''), 'no type'), upload.content_type using errcode = '42501';
+  elsif stored_etag ~ '^[0-9a-f]{32}$' and stored_etag <> encode(upload.checksum, 'hex') then
+    -- An MD5 eTag (a single-part upload) is the file's MD5; a multipart eTag (md5-of-parts-N) is not compared.
+    raise exception 'The file does not match the checksum declared for this upload (it changed or arrived damaged): nothing was kept.'
+      using errcode = '42501';
+  end if;
+  update app.uploads u set stored_at = clock_timestamp() where u.id = upload.id;
+  return new;
+end;
+$$;
+comment on function app.tg_storage_objects__bind_upload() is
+  'Binds a stored object of the uploads bucket to its upload row in the transaction in which Storage records it (Uploader.completeUpload of supabase/storage, and the local Storage API): refused (42501, which Storage answers as 403 AccessDenied with this message, HTTP 400) unless the upload exists, was never stored, and the object has the declared size, type and (single-part eTag) MD5; then sets app.uploads.stored_at. A stored object is never replaced (an upsert, two racing PUTs of one URL) nor renamed. So a signed URL stores one file of the declared size, once, and the quota counted from the declared sizes holds. Security definer: Storage writes as its own role, which may not touch app.uploads.';
+create trigger app_bind_upload before insert on storage.objects
+  for each row when (new.bucket_id = 'uploads') execute function app.tg_storage_objects__bind_upload();
+create trigger app_keep_upload before update on storage.objects
+  for each row when (old.bucket_id = 'uploads' or new.bucket_id = 'uploads') execute function app.tg_storage_objects__bind_upload();
+
 
 -- ============================================================================
 -- API functions

@@ -55,11 +55,6 @@ const sql = createSql(databaseUrl, {
 const storage = supabaseStorage({
   supabaseUrl: supabaseUrl ?? publicUrl,
   serviceRoleKey: env('SUPABASE_SERVICE_ROLE_KEY') ?? '',
-  // GET /files/{key} lets Storage show only raster images and video inline (the rest downloads).
-  contentTypeOf: async (key) => {
-    const [row] = await sql`select metadata ->> 'mimetype' as mime from storage.objects where bucket_id = 'uploads' and name = ${key}`
-    return (row?.mime as string | undefined) ?? null
-  },
 })
 
 // pg_cron calls POST /api/internal/maintenance with this secret (docs/deploy.md).
