@@ -33,7 +33,8 @@ async function uploadText(user: CreatedUser, text: string) {
 }
 
 beforeAll(async () => {
-  world = await startWorld()
+  // Revocation sweeps every second (npm start: every 5 s): the tests wait for a sweep, not a time.
+  world = await startWorld({ revocationCheckIntervalMs: 1_000 })
 })
 afterAll(async () => {
   await Promise.all(clients.map((client) => client.removeAllChannels()))

@@ -59,6 +59,8 @@ export interface WorldOptions {
   statementTimeoutMs?: number
   /** Refuse public Realtime channels, as `npm start` (and production's setting) does. Default true. */
   realtimePrivateOnly?: boolean
+  /** How often the Realtime gateway checks its channels' tokens against revocation (its default: 5 s). */
+  revocationCheckIntervalMs?: number
   /** The local Storage API's limits: how long an upload may send nothing, the project-wide file size limit. */
   storage?: { idleTimeoutMs?: number; fileSizeLimit?: number }
   /** WEBHOOK_ALLOW_PRIVATE of the app and of the world's webhook sender. Default false, as in production. */
@@ -140,7 +142,9 @@ export async function startWorld(options: WorldOptions = {}) {
     supabaseUrl = baseUrl
     publicUrl = baseUrl
     // The Realtime gateway on the same server, as `npm start` serves it (ws://…/realtime/v1/websocket).
-    realtime = await startRealtimeGateway({ databaseUrl: url, jwtSecret: JWT_SECRET, privateOnly: options.realtimePrivateOnly ?? true })
+    realtime = await startRealtimeGateway({
+      databaseUrl: url, jwtSecret: JWT_SECRET, privateOnly: options.realtimePrivateOnly ?? true, revocationCheckIntervalMs: options.revocationCheckIntervalMs,
+    })
     realtime.attach(server!)
   }
 
