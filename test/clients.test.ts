@@ -14,7 +14,7 @@ import { compression } from '../functions/lib/encoding.ts'
 import { runStorageMaintenance } from '../functions/lib/maintenance.ts'
 import { createSql } from '../functions/lib/sql.ts'
 import type { FileStorage } from '../functions/lib/storage.ts'
-import { JWT_SECRET, type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+import { JWT_SECRET, type CreatedUser, type TestWorld, startWorld, TEST_ENTRY } from './support/app.ts'
 import { authorizeQuery, browserless, signIn } from './support/oauth.ts'
 
 let world: TestWorld
@@ -132,10 +132,11 @@ describe('compression', () => {
     expect(JSON.parse(gunzipSync(packed.body).toString())).toEqual(JSON.parse(plain.body.toString()))
   })
 
-  it('br where the runtime has it (Node), preferred over gzip', async () => {
+  it('br where the runtime has it (Node), preferred over gzip; gzip on the edge (Deno has no brotli stream)', async () => {
     const packed = await raw('/v1/todos?limit=25', { authorization: `Bearer ${alice.api_key}`, 'accept-encoding': 'gzip, br' })
-    expect(packed.headers['content-encoding']).toBe('br')
-    expect(JSON.parse(brotliDecompressSync(packed.body).toString()).data).toHaveLength(25)
+    expect(packed.headers['content-encoding']).toBe(TEST_ENTRY === 'edge' ? 'gzip' : 'br')
+    const body = TEST_ENTRY === 'edge' ? gunzipSync(packed.body) : brotliDecompressSync(packed.body)
+    expect(JSON.parse(body.toString()).data).toHaveLength(25)
   })
 
   it('small answers (under 1 KiB) and files are sent as they are', async () => {
@@ -266,10 +267,13 @@ describe('request ids and the access log', () => {
     const [folder] = up.key.split('/')
     expect(log).not.toContain(folder)
     expect(log).not.toContain('0123456789abcdef0123456789abcdef')
-    expect(log).toMatch(/^PUT \/storage\/v1\/object\/upload\/sign\/uploads\/\[redacted\]\?token=\[redacted\] 200 /m)
     expect(log).toMatch(/^GET \/files\/\[redacted\] 302 /m)
-    // The signed download URL /files redirected to: its name and its token go.
-    expect(log).toMatch(/^GET \/storage\/v1\/object\/sign\/uploads\/\[redacted\]\?token=\[redacted\](&download=)? 200 /m)
+    if (TEST_ENTRY === 'node') {
+      // Storage's own requests, which `npm start` serves and logs (on the edge they are Storage's, not the function's):
+      // the PUT and the signed download URL /files redirected to, their names and tokens gone.
+      expect(log).toMatch(/^PUT \/storage\/v1\/object\/upload\/sign\/uploads\/\[redacted\]\?token=\[redacted\] 200 /m)
+      expect(log).toMatch(/^GET \/storage\/v1\/object\/sign\/uploads\/\[redacted\]\?token=\[redacted\](&download=)? 200 /m)
+    }
     expect(log).toMatch(/^GET \/storage\/v1\/exports\/\[redacted\]\?expires=1&signature=\[redacted\] 404 /m)
     expect(log).not.toContain('fedcba9876543210fedcba9876543210')
     expect(log).toMatch(/^GET \/exports\/\[redacted\] 404 /m)

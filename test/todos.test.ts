@@ -2,7 +2,7 @@
 // with since/until/query/expand and keyset pagination, privacy, rate limits.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { TodoSchema } from '../functions/lib/schemas.ts'
-import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+import { type CreatedUser, type TestWorld, startWorld, TEST_ENTRY } from './support/app.ts'
 
 let world: TestWorld
 let alice: CreatedUser
@@ -330,7 +330,8 @@ describe('todo lists', () => {
     expect(all.body.data.length).toBeGreaterThan(10)
   })
 
-  it('expand=reactions on a list page is one SQL statement', async () => {
+  // Counts the statements of the Node app's pool (world.statements); the edge function's pool is its own process.
+  it.skipIf(TEST_ENTRY === 'edge')('expand=reactions on a list page is one SQL statement', async () => {
     world.statements.length = 0
     const res = await world.get('/v1/users/dana/todos?expand=reactions&limit=4', { auth: alice.api_key })
     expect(res.status).toBe(200)
