@@ -252,7 +252,9 @@ describe('delivery', () => {
     }
     const [log] = await deliveries()
     expect(log).toMatchObject({ status: 'failed', last_status: 503, next_attempt_at: null })
-    expect(log!.attempts).toBeGreaterThanOrEqual(3)
+    // Retried before it gave up: at least the second attempt (how many fit in the 400 ms window is
+    // the machine's load; three did not on a busy one: issue 31).
+    expect(log!.attempts).toBeGreaterThanOrEqual(2)
     const [listed] = (await world.get('/v1/webhooks/subscriptions', { auth: alice.api_key })).body.filter((s: { id: string }) => s.id === sub.id)
     expect(listed.active).toBe(false)
     await unsubscribe(alice, sub.id)
