@@ -1,6 +1,6 @@
 // The part of Supabase Storage's REST API (/storage/v1/object/…) that functions/lib/supabase-storage.ts
 // uses, served over local files, so that the production storage code path runs off Supabase too
-// (`npm run start:edge`, and `npm start` beside its own storage server). test/storage-api.test.ts
+// (`npm run start:edge` over HTTP, `npm start` and the tests in-process: localSupabaseStorage). test/storage-api.test.ts
 // drives it with the official client, @supabase/storage-js.
 //
 // What it serves, as Storage does (https://github.com/supabase/storage):
@@ -42,7 +42,7 @@ import { supabaseStorage } from '../functions/lib/supabase-storage.ts'
 import type { FileStorage } from '../functions/lib/storage.ts'
 
 export interface StorageApiOptions {
-  /** Where the files are: <dir>/<bucket>/<name> (DATA_DIR/storage, the local storage server's layout). */
+  /** Where the files are: <dir>/<bucket>/<name> (DATA_DIR/storage). */
   dir: string
   /** The project's JWT secret: it verifies the service role key and signs the URLs' tokens. */
   jwtSecret: string
