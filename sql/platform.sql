@@ -62,75 +62,95 @@ create table if not exists auth.users (
   updated_at timestamptz default now()
 );
 
-create or replace function auth.uid() returns uuid
-language sql stable set search_path to '' as $$
-  select coalesce(
-    nullif(current_setting('request.jwt.claim.sub', true), ''),
-    (nullif(current_setting('request.jwt.claims', true), '')::jsonb ->> 'sub')
-  )::uuid
-$$;
-
-create or replace function auth.role() returns text
-language sql stable set search_path to '' as $$
-  select coalesce(
-    nullif(current_setting('request.jwt.claim.role', true), ''),
-    (nullif(current_setting('request.jwt.claims', true), '')::jsonb ->> 'role')
-  )::text
-$$;
-
-create or replace function auth.jwt() returns jsonb
-language sql stable set search_path to '' as $$
-  select coalesce(
-    nullif(current_setting('request.jwt.claim', true), ''),
-    nullif(current_setting('request.jwt.claims', true), '')
-  )::jsonb
-$$;
-
-grant execute on function auth.uid(), auth.role(), auth.jwt() to anon, authenticated, service_role;
+-- Each function only where it is missing (issue 31): on Supabase, GoTrue's auth.uid(),
+-- auth.role(), auth.jwt() and Realtime's realtime.topic(), realtime.send() exist, and their
+-- bodies and grants are the platform's, never replaced (test/platform.test.ts).
+do $guard$
+begin
+  if to_regprocedure('auth.uid()') is null then
+    create function auth.uid() returns uuid
+    language sql stable set search_path to '' as $fn$
+      select coalesce(
+        nullif(current_setting('request.jwt.claim.sub', true), ''),
+        (nullif(current_setting('request.jwt.claims', true), '')::jsonb ->> 'sub')
+      )::uuid
+    $fn$;
+    grant execute on function auth.uid() to anon, authenticated, service_role;
+  end if;
+  if to_regprocedure('auth.role()') is null then
+    create function auth.role() returns text
+    language sql stable set search_path to '' as $fn$
+      select coalesce(
+        nullif(current_setting('request.jwt.claim.role', true), ''),
+        (nullif(current_setting('request.jwt.claims', true), '')::jsonb ->> 'role')
+      )::text
+    $fn$;
+    grant execute on function auth.role() to anon, authenticated, service_role;
+  end if;
+  if to_regprocedure('auth.jwt()') is null then
+    create function auth.jwt() returns jsonb
+    language sql stable set search_path to '' as $fn$
+      select coalesce(
+        nullif(current_setting('request.jwt.claim', true), ''),
+        nullif(current_setting('request.jwt.claims', true), '')
+      )::jsonb
+    $fn$;
+    grant execute on function auth.jwt() to anon, authenticated, service_role;
+  end if;
+end
+$guard$;
 
 -- ============================================================================
 -- realtime: broadcast from the database (see SUPABASE-NOTES.md)
 -- ============================================================================
-create table if not exists realtime.messages (
-  topic text not null,
-  extension text not null,
-  payload jsonb,
-  event text,
-  private boolean default false,
-  updated_at timestamp not null default now(),
-  inserted_at timestamp not null default now(),
-  id uuid not null default gen_random_uuid(),
-  binary_payload bytea,
-  primary key (id, inserted_at)
-) partition by range (inserted_at);
-
-alter table realtime.messages enable row level security;
-grant insert, select, update on realtime.messages to anon, authenticated, service_role;
-
-create or replace function realtime.topic() returns text
-language sql stable set search_path to '' as $$
-  select nullif(current_setting('realtime.topic', true), '')::text
-$$;
-
-create or replace function realtime.send(payload jsonb, event text, topic text, private boolean default true)
-returns void
-language plpgsql volatile set search_path to '' as $$
+-- The table, its row-level security and grants only where it is missing: Realtime's own is left
+-- as it is.
+do $guard$
 begin
-  begin
-    perform set_config('realtime.topic', topic, true);
-    -- As Supabase's current version: an id is added only when the payload has none.
-    insert into realtime.messages (payload, event, topic, private, extension)
-    values (case when payload ? 'id' then payload else payload || jsonb_build_object('id', gen_random_uuid()) end,
-            event, topic, private, 'broadcast');
-  exception when others then
-    -- Supabase turns any failure into a warning: a broadcast must never abort the write.
-    raise warning 'ErrorSendingBroadcastMessage: %', sqlerrm;
-  end;
-end;
-$$;
-
-grant execute on function realtime.topic(), realtime.send(jsonb, text, text, boolean)
-  to anon, authenticated, service_role;
+  if to_regclass('realtime.messages') is null then
+    create table realtime.messages (
+      topic text not null,
+      extension text not null,
+      payload jsonb,
+      event text,
+      private boolean default false,
+      updated_at timestamp not null default now(),
+      inserted_at timestamp not null default now(),
+      id uuid not null default gen_random_uuid(),
+      binary_payload bytea,
+      primary key (id, inserted_at)
+    ) partition by range (inserted_at);
+    alter table realtime.messages enable row level security;
+    grant insert, select, update on realtime.messages to anon, authenticated, service_role;
+  end if;
+  if to_regprocedure('realtime.topic()') is null then
+    create function realtime.topic() returns text
+    language sql stable set search_path to '' as $fn$
+      select nullif(current_setting('realtime.topic', true), '')::text
+    $fn$;
+    grant execute on function realtime.topic() to anon, authenticated, service_role;
+  end if;
+  if to_regprocedure('realtime.send(jsonb, text, text, boolean)') is null then
+    create function realtime.send(payload jsonb, event text, topic text, private boolean default true)
+    returns void
+    language plpgsql volatile set search_path to '' as $fn$
+    begin
+      begin
+        perform set_config('realtime.topic', topic, true);
+        -- As Supabase's current version: an id is added only when the payload has none.
+        insert into realtime.messages (payload, event, topic, private, extension)
+        values (case when payload ? 'id' then payload else payload || jsonb_build_object('id', gen_random_uuid()) end,
+                event, topic, private, 'broadcast');
+      exception when others then
+        -- Supabase turns any failure into a warning: a broadcast must never abort the write.
+        raise warning 'ErrorSendingBroadcastMessage: %', sqlerrm;
+      end;
+    end;
+    $fn$;
+    grant execute on function realtime.send(jsonb, text, text, boolean) to anon, authenticated, service_role;
+  end if;
+end
+$guard$;
 
 -- Daily partitions, as the Realtime server keeps them: yesterday through today + 3.
 create or replace function realtime.ensure_partitions() returns void

@@ -23,6 +23,8 @@ const LAPSED_DATA_RIGHTS: Record<string, number> = {
   'GET /v1/exports/{export_id}': 404,
   'DELETE /v1/account': 204,
 }
+/** A notification type (the `{identifier}` of the preference routes), which pat turned on. */
+const PREFERENCE = 'comment_todo_create'
 /** Every private resource of pat's carries this in its text, so a leak in any body is found by one search. */
 const SECRET = 'PATSECRET'
 
@@ -195,32 +197,52 @@ async function uploadFor(user: CreatedUser): Promise<string> {
   return asked.body.signed_id
 }
 
-/** What pat's resources look like in the database: must be the same after every attack. */
-async function patsState() {
-  const [state] = await world.sql`
-    select
-      (select jsonb_agg(t.body order by t.id) from app.todos t join app.users u on u.id = t.user_id where u.username = 'pat') as todos,
-      (select jsonb_agg(c.body order by c.id) from app.comments c join app.users u on u.id = c.user_id where u.username = 'pat') as comments,
-      (select count(*) from app.reactions r join app.users u on u.id = r.user_id where u.username = 'pat')::int as reactions,
-      (select jsonb_agg(jsonb_build_array(p.name, p.privacy) order by p.id) from app.projects p join app.users u on u.id = p.owner_id where u.username = 'pat') as projects,
-      (select jsonb_agg(jsonb_build_array(w.url, w.active) order by w.id) from app.webhook_subscriptions w join app.users u on u.id = w.user_id where u.username = 'pat') as hooks,
-      (select jsonb_agg(k.secret order by w.id) from app.webhook_secrets k join app.webhook_subscriptions w on w.id = k.subscription_id join app.users u on u.id = w.user_id where u.username = 'pat') as hook_secrets,
-      (select count(*) from app.exports e join app.users u on u.id = e.user_id where u.username = 'pat')::int as exports,
-      (select count(*) from app.devices d join app.users u on u.id = d.user_id where u.username = 'pat')::int as devices,
-      (select count(*) from app.messages m join app.conversation_members cm on cm.conversation_id = m.conversation_id join app.users u on u.id = cm.user_id where u.username = 'pat')::int as messages,
-      (select count(*) from app.message_reactions r join app.users u on u.id = r.user_id where u.username = 'pat')::int as message_reactions,
-      (select count(*) from app.user_follow_requests r join app.users u on u.id = r.requester_id where u.username = 'pat')::int as requests,
-      (select count(*) from app.notifications n join app.users u on u.id = n.user_id where u.username = 'pat' and not n.read)::int as unread_notifications,
-      (select count(*) from app.mutes m join app.users u on u.id = m.user_id where u.username = 'pat')::int as mutes,
-      (select count(*) from app.user_follows f join app.users u on u.id = f.followee_id where u.username = 'pat')::int as followers,
-      (select count(*) from app.project_follows f join app.projects p on p.id = f.project_id where p.slug = 'pats-secret')::int as project_followers`
-  return state
+/**
+ * Every row of pat's, whole (every column, as JSON), per table: an attack that changed any field
+ * of any of them (a reaction's content, a device's platform, an export's state, a notification
+ * read, a follower removed) shows as a difference, not only one that changed how many there are.
+ * `pat` is pat's id; each entry selects the rows that are pat's or hang off pat's resources.
+ */
+const PATS_ROWS: Record<string, string> = {
+  user: 'select x.* from app.users x where x.id = pat',
+  todos: 'select x.* from app.todos x where x.user_id = pat',
+  comments: 'select x.* from app.comments x where x.user_id = pat or x.todo_id in (select t.id from app.todos t where t.user_id = pat)',
+  reactions: 'select x.* from app.reactions x where x.user_id = pat or x.todo_id in (select t.id from app.todos t where t.user_id = pat)',
+  projects: 'select x.* from app.projects x where x.owner_id = pat',
+  project_makers: 'select x.* from app.project_makers x where x.project_id in (select p.id from app.projects p where p.owner_id = pat)',
+  project_follows: 'select x.* from app.project_follows x where x.project_id in (select p.id from app.projects p where p.owner_id = pat)',
+  hooks: 'select x.* from app.webhook_subscriptions x where x.user_id = pat',
+  hook_secrets: 'select k.* from app.webhook_secrets k join app.webhook_subscriptions w on w.id = k.subscription_id where w.user_id = pat',
+  exports: 'select x.* from app.exports x where x.user_id = pat',
+  devices: 'select x.* from app.devices x where x.user_id = pat',
+  conversation_members: 'select x.* from app.conversation_members x where x.conversation_id in (select m.conversation_id from app.conversation_members m where m.user_id = pat)',
+  messages: 'select x.* from app.messages x where x.conversation_id in (select m.conversation_id from app.conversation_members m where m.user_id = pat)',
+  message_reactions: 'select x.* from app.message_reactions x where x.user_id = pat',
+  follow_requests: 'select x.* from app.user_follow_requests x where x.requester_id = pat or x.followee_id = pat',
+  follows: 'select x.* from app.user_follows x where x.followee_id = pat or x.follower_id = pat',
+  notifications: 'select x.* from app.notifications x where x.user_id = pat',
+  notification_preferences: 'select x.* from app.notification_preferences x where x.user_id = pat',
+  mutes: 'select x.* from app.mutes x where x.user_id = pat',
+  uploads: 'select x.* from app.uploads x where x.user_id = pat',
 }
 
-/** The IDs of pat's resources in a route's path; `null` for a route whose parameter names no one's resource. */
-function patsPath(path: string): string | null {
-  if (path.includes('{identifier}')) return null // notification types: the same for every member
+/** What pat's resources look like in the database: must be the same after every attack. */
+async function patsState(): Promise<Record<string, unknown>> {
+  const columns = Object.entries(PATS_ROWS).map(([name, rows]) =>
+    `(select coalesce(jsonb_agg(to_jsonb(r) order by to_jsonb(r)::text), '[]') from (${rows}) r) as ${name}`)
+  const [state] = await world.sql.unsafe(
+    `with me as (select id as pat from app.users where username = 'pat') select ${columns.join(',\n')} from me`)
+  return state!
+}
+
+/**
+ * The IDs of pat's resources in a route's path. `{identifier}` is a notification type, the same
+ * for every member: PATCH /v1/notification_preferences/{identifier} can only name the caller's own
+ * preference, which the test checks (mallory's changes, pat's does not).
+ */
+function patsPath(path: string): string {
   return path
+    .replace('{identifier}', PREFERENCE)
     .replace('{todo_id}', things.todo)
     .replace('{username}', 'pat')
     .replace('{user_id}', 'pat')
@@ -243,6 +265,7 @@ function validBody(row: Row): unknown {
     case 'POST /v1/conversations/{conversation_id}/messages': return { body: 'pwned' }
     case 'POST /v1/messages/{message_id}/reactions': return { content: '🎉' }
     case 'PATCH /v1/webhooks/subscriptions/{subscription_id}': return { active: false, url: 'https://evil.example.com/hook' }
+    case 'PATCH /v1/notification_preferences/{identifier}': return { mobile_push_enabled: false }
     default: return undefined
   }
 }
@@ -307,6 +330,8 @@ describe('IDOR: another member with the IDs of a private member\'s resources', (
     expect((await world.post('/v1/users/quinn/mute', { auth: patWrite })).status).toBeLessThan(300)
 
     // Privacy is set on the website, not through the API (SPEC has no field for it in PATCH /v1/users/me).
+    const preference = await world.request('PATCH', `/v1/notification_preferences/${PREFERENCE}`, { auth: patNotify, json: { mobile_push_enabled: true } })
+    expect(preference.status, preference.text).toBe(200)
     await world.sql`update app.users set privacy = 'private' where username = 'pat'`
     before = await patsState()
   })
@@ -322,12 +347,19 @@ describe('IDOR: another member with the IDs of a private member\'s resources', (
 
   it.each(idRows.map((row) => [`${row.method} ${row.path}`, row] as const))('%s', async (name, row) => {
     const path = patsPath(row.path)
-    if (path === null) return
     const res = await call(row, await allowedCredential(mallory, row), path, validBody(row))
     // A DELETE of the caller's own relation is idempotent (SPEC: 204 when there is nothing to
     // delete, as for DELETE /v1/devices/{token}): it may answer 204, as long as pat's resource is
     // untouched (checked below); everything else is a refusal.
-    if (profileRoutes.has(name)) {
+    if (name === 'PATCH /v1/notification_preferences/{identifier}') {
+      // The caller's own preference: it answers 200 and changes mallory's row; pat's rows are
+      // compared below like every other route's.
+      expect(res.status, res.text).toBe(200)
+      const [own] = await world.sql`
+        select p.mobile_push_enabled from app.notification_preferences p join app.users u on u.id = p.user_id
+        where u.username = 'mallory' and p.type = ${PREFERENCE}`
+      expect(own, 'mallory\'s own preference was written').toEqual({ mobile_push_enabled: false })
+    } else if (profileRoutes.has(name)) {
       if (res.body?.data) expect(res.body.data, `${name} lists pat's private things`).toEqual([])
     } else if (!(row.method === 'DELETE' && res.status === 204 && res.text === '')) {
       expect(res.status, `${name}: ${res.text}`).toBeGreaterThanOrEqual(400)

@@ -16,13 +16,41 @@ const clients: SupabaseClient[] = []
 /** Subscribes like a chat app does, resolving once the join is answered (SUBSCRIBED or CHANNEL_ERROR). */
 const listen = (vsn: Vsn, token: string, topic: string): Promise<Listener> => listenTo(world.supabaseUrl, clients, token, topic, vsn)
 
+/** Polls `check` until it holds; a generous deadline only ends a run that would hang. */
+async function until(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 30_000) {
+  const deadline = Date.now() + timeoutMs
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`not within ${timeoutMs} ms: ${what}`)
+    await new Promise((r) => setTimeout(r, 20))
+  }
+}
+
+/**
+ * Revokes `token`, then waits until the gateway's revocation sweep has run since: a sentinel
+ * channel on a token revoked after it is closed by that sweep. Whatever was still on `token` is
+ * closed by the same sweep (a condition, not a wait of two sweep intervals).
+ */
+async function revokeAndAwaitSweep(token: string) {
+  const sentinelToken = await world.token('bob', 'public chat', { chat: true })
+  const sentinel = await listen('2.0.0', sentinelToken, `conversation:${conversationId}`)
+  const closed = new Promise<string>((resolve) => {
+    sentinel.channel.on('system', {}, (message: { status?: string; message?: string }) => {
+      if (message.status === 'error') resolve(String(message.message))
+    })
+  })
+  await world.admin('revoke-token', '--token', token)
+  await world.admin('revoke-token', '--token', sentinelToken)
+  expect(await closed).toBe('The access token was revoked')
+}
+
 let alice: { id: string; username: string; token: string }
 let bob: { id: string; username: string; token: string }
 let carol: { id: string; username: string; token: string }
 let conversationId: string
 
 beforeAll(async () => {
-  world = await startWorld()
+  // Revocation sweeps every second (npm start: every 5 s): the tests wait for a sweep, not a time.
+  world = await startWorld({ revocationCheckIntervalMs: 1_000 })
   const make = async (name: string) => {
     const user = await world.createUser(name)
     return { id: user.id, username: name, token: await world.token(name, 'public chat', { chat: true }) }
@@ -139,16 +167,22 @@ describe('forged events (issue 11, item 4)', () => {
 })
 
 describe('tokens and robustness', () => {
-  it('a client whose token is refreshed keeps receiving', async () => {
-    const bobListens = await listen('2.0.0', bob.token, `conversation:${conversationId}`)
-    const fresh = await world.token('bob', 'public chat', { chat: true })
-    await bobListens.client.realtime.setAuth(fresh)
-    await new Promise((r) => setTimeout(r, 200))
+  it('a client whose token is refreshed keeps receiving on the new token: the old one revoked, its channel stays', async () => {
+    const old = await world.token('bob', 'public chat', { chat: true })
+    const bobListens = await listen('2.0.0', old, `conversation:${conversationId}`)
+    // The gateway checks the new token when it arrives (one more authorization check).
+    const checks = world.realtime.stats().authorizationChecks
+    await bobListens.client.realtime.setAuth(await world.token('bob', 'public chat', { chat: true }))
+    await until(() => world.realtime.stats().authorizationChecks > checks, 'the gateway checked the new token')
+    // The old token revoked: had setAuth been ignored, the channel would run on it and close at
+    // the next revocation sweep. The sweep is seen on another channel of a token revoked after it.
+    await revokeAndAwaitSweep(old)
     const sent = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'after refresh' } })).body
     expect((await bobListens.waitFor('message.created', (m) => m.id === sent.id)).body).toBe('after refresh')
+    expect(bobListens.channel.state).toBe('joined')
   })
 
-  it('a revoked token stops receiving within 10 s: its channels close; other tokens keep theirs (issue 11, item 5)', async () => {
+  it('a revoked token stops receiving at the next revocation sweep: its channels close; other tokens keep theirs (issue 11, item 5)', async () => {
     const doomed = await world.token('bob', 'public chat', { chat: true })
     const revokedListens = await listen('2.0.0', doomed, `conversation:${conversationId}`)
     const revokedInbox = await listen('1.0.0', doomed, `user:${bob.id}`)
@@ -160,10 +194,10 @@ describe('tokens and robustness', () => {
     })
     const closings = [closed(revokedListens), closed(revokedInbox)]
     expect([revokedListens.status, revokedInbox.status, keeps.status]).toEqual(['SUBSCRIBED', 'SUBSCRIBED', 'SUBSCRIBED'])
-    const revokedAt = Date.now()
     await world.admin('revoke-token', '--token', doomed)
+    // Closed by the gateway's next revocation sweep (every second here, 5 s in npm start); how soon is
+    // the sweep's interval, not a clock read here (issue 31: 10 s on a loaded machine proved nothing).
     expect(await Promise.all(closings)).toEqual(['The access token was revoked', 'The access token was revoked'])
-    expect(Date.now() - revokedAt).toBeLessThan(10_000)
     const after = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'after revocation' } })).body
     await keeps.waitFor('message.created', (m) => m.id === after.id)
     expect(revokedListens.events.filter((e) => e.payload?.id === after.id)).toEqual([])
@@ -174,15 +208,15 @@ describe('tokens and robustness', () => {
   it('a channel refreshed to a new token is not closed when the old token is revoked', async () => {
     const first = await world.token('bob', 'public chat', { chat: true })
     const listens = await listen('2.0.0', first, `conversation:${conversationId}`)
+    const checks = world.realtime.stats().authorizationChecks
     await listens.client.realtime.setAuth(await world.token('bob', 'public chat', { chat: true }))
-    await new Promise((r) => setTimeout(r, 200))
-    await world.admin('revoke-token', '--token', first)
-    // Two sweeps (5 s apart) have passed by the time this wait ends.
-    await new Promise((r) => setTimeout(r, 10_500))
+    await until(() => world.realtime.stats().authorizationChecks > checks, 'the gateway checked the new token')
+    // A sweep after the revocation has run (a fixed 10.5 s wait before issue 31).
+    await revokeAndAwaitSweep(first)
     const sent = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'still here' } })).body
     await listens.waitFor('message.created', (m) => m.id === sent.id)
     expect(listens.channel.state).toBe('joined')
-  }, 20_000)
+  })
 
   it('the gateway survives a client vanishing mid-stream; the others keep receiving', async () => {
     const topic = `conversation:${conversationId}`
@@ -190,12 +224,17 @@ describe('tokens and robustness', () => {
     await new Promise((resolve) => vanishing.once('open', resolve))
     vanishing.send(JSON.stringify({ topic: `realtime:${topic}`, event: 'phx_join', ref: '1', join_ref: '1',
       payload: { config: { broadcast: { self: false }, presence: { key: '', enabled: false }, postgres_changes: [], private: true }, access_token: bob.token } }))
-    await new Promise((resolve) => vanishing.once('message', resolve))
+    const joined = JSON.parse(String(await new Promise((resolve) => vanishing.once('message', resolve))))
+    expect(joined).toMatchObject({ event: 'phx_reply', payload: { status: 'ok' } })
     const stayer = await listen('1.0.0', bob.token, topic)
+    const connections = world.realtime.stats().connections
     const first = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'one' } })).body
     vanishing.terminate()
     const second = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'two' } })).body
-    await stayer.waitFor('message.created', (m) => m.id === first.id)
-    await stayer.waitFor('message.created', (m) => m.id === second.id)
+    expect((await stayer.waitFor('message.created', (m) => m.id === first.id)).body).toBe('one')
+    expect((await stayer.waitFor('message.created', (m) => m.id === second.id)).body).toBe('two')
+    // The gateway let the vanished socket go (issue 31: this test asserted nothing before).
+    await until(() => world.realtime.stats().connections === connections - 1, 'the vanished connection dropped')
+    expect(stayer.channel.state).toBe('joined')
   })
 })

@@ -373,19 +373,21 @@ describe('every URL the API hands out resolves', () => {
     expect(cached.status).toBe(304)
   })
 
-  it('a new colour costs an anonymous visitor\'s request little: 40 large headers in distinct colours (was about 70 ms of CPU each, most of it blocking)', async () => {
-    const started = performance.now()
+  // What one costs is the bench's to say (a time limit here fails on a loaded machine, not on slow
+  // code: issue 31); this checks that each new colour is drawn, in its colour, edge to edge.
+  it('40 large headers in distinct colours: each a 1500×500 PNG of its own colour, edge to edge', async () => {
     for (let i = 0; i < 40; i++) {
-      const res = await raw(`/assets/header/large/${(0xa00000 + i * 7919).toString(16).toUpperCase()}/_.png`)
+      const color = 0xa00000 + i * 7919
+      const res = await raw(`/assets/header/large/${color.toString(16).toUpperCase()}/_.png`)
       expect(res.status).toBe(200)
-      if (i === 0) {
+      if (i % 8 === 0) {
+        const rgb = [color >> 16, (color >> 8) & 0xff, color & 0xff]
         const image = PNG.sync.read(res.body)
         expect([image.width, image.height]).toEqual([1500, 500])
-        expect([...image.data.subarray(0, 3)]).toEqual([0xa0, 0x00, 0x00])
-        expect([...image.data.subarray(image.data.length - 4, image.data.length - 1)]).toEqual([0xa0, 0x00, 0x00])
+        expect([...image.data.subarray(0, 3)]).toEqual(rgb)
+        expect([...image.data.subarray(image.data.length - 4, image.data.length - 1)]).toEqual(rgb)
       }
     }
-    expect(performance.now() - started).toBeLessThan(40 * 20)
   })
 
   it('the old default URLs answer too, and anything else under /assets is a JSON 404', async () => {

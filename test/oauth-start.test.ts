@@ -20,7 +20,11 @@ afterAll(async () => {
   for (const dir of dirs) await rm(dir, { recursive: true, force: true })
 })
 
-it('npm start: oauth4webapi and Chromium complete authorize → consent → token → API → refresh → revoke → introspect', { timeout: 180_000 }, async () => {
+// The name says which consent the run exercised (issue 31): with Chromium the page is driven in
+// the browser; without it, by plain HTTP forms, and the test is named for that, not for Chromium.
+const CONSENT = chromiumPath ? 'Chromium' : 'plain HTTP forms (no Chromium on this machine)'
+
+it(`npm start: oauth4webapi and ${CONSENT} complete authorize → consent → token → API → refresh → revoke → introspect`, { timeout: 180_000 }, async () => {
   const receiver = await startReceiver((_req, res) => { res.end('signed in') })
   const dataDir = await mkdtemp(join(tmpdir(), 'todo-start-oauth-'))
   dirs.push(dataDir)

@@ -123,11 +123,11 @@ describe('POST /api/internal/push on Deno', () => {
     apns.answer((push) => (push.token === device ? { status: 200, body: 'endless' } : { status: 200 }))
     const todo = await world.post('/v1/todos', { auth: bob.api_key, json: { body: 'behind a chatty gateway' } })
     expect((await world.post('/v1/reactions', { auth: alice.api_key, json: { reactable_type: 'Todo', reactable_id: todo.body.id } })).status).toBe(201)
-    const started = Date.now()
+    // A read of the endless body would end in the send's timeout, which is a retry: delivered
+    // with no retry is the proof, without a clock (issue 31).
     const drained = await fetch(`${url}/api/internal/push`, { method: 'POST', headers: { authorization: `Bearer ${SECRET}` } })
     expect(drained.status, log).toBe(200)
     expect(await drained.json()).toMatchObject({ delivered: 1, retrying: 0 })
-    expect(Date.now() - started).toBeLessThan(6_000)
     expect((await world.sql`select 1 from app.push_deliveries where device_token = ${device}`).length).toBe(0)
   }, 60_000)
 })

@@ -6,6 +6,8 @@
 import { randomBytes, randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type CreatedUser, type HttpResult, type TestWorld, startWorld } from './support/app.ts'
+import { waitForLockWait } from './support/locks.ts'
+import { NO_DRIFT, counterDrift, streakDrift } from './support/drift.ts'
 
 let world: TestWorld
 const PARALLEL = 10
@@ -18,71 +20,6 @@ async function tenAtOnce(send: () => Promise<HttpResult>): Promise<HttpResult[]>
 }
 
 const count = async (query: Promise<{ n: number }[]>) => (await query)[0]!.n
-
-/** Every stored counter that differs from a recount, by name (zero everywhere when consistent). */
-async function counterDrift() {
-  const [drift] = await world.sql`
-    select
-      (select count(*) from app.todos t where t.reactions_count <> (select count(*) from app.reactions r where r.todo_id = t.id))::int as todo_reactions,
-      (select count(*) from app.todos t where t.comments_count <> (select count(*) from app.comments c where c.todo_id = t.id))::int as todo_comments,
-      (select count(*) from app.comments c where c.reactions_count <> (select count(*) from app.reactions r where r.comment_id = c.id))::int as comment_reactions,
-      (select count(*) from app.users u where u.followers_count <> (select count(*) from app.user_follows f where f.followee_id = u.id))::int as user_followers,
-      (select count(*) from app.users u where u.todos_count <> (select count(*) from app.todos t where t.user_id = u.id))::int as user_todos,
-      (select count(*) from app.projects p where p.followers_count <> (select count(*) from app.project_follows f where f.project_id = p.id))::int as project_followers,
-      -- A project's todos per author (issue 28: the Project's todos_count).
-      (select count(*) from app.project_todo_counts c
-        full join (select project_id, user_id, count(*) as n from app.todos where project_id is not null group by 1, 2) r
-          on r.project_id = c.project_id and r.user_id = c.user_id
-        where coalesce(c.todos, 0) <> coalesce(r.n, 0))::int as project_todos,
-      (select count(*) from (
-         select privacy, sum(todos) as todos from app.todo_totals group by privacy
-       ) totals where totals.todos <> (select count(*) from app.todos t where t.author_privacy = totals.privacy))::int as totals_by_privacy,
-      ((select coalesce(sum(todos), 0) from app.todo_totals) <> (select count(*) from app.todos))::int as totals,
-      -- The inbox order: a conversation's latest activity is its newest message.
-      (select count(*) from app.conversation_members m
-        where m.last_message_at is distinct from (select max(x.created_at) from app.messages x where x.conversation_id = m.conversation_id))::int as inbox_last_message,
-      (select count(*) from app.conversations c
-        where c.last_message_at is distinct from (select max(x.created_at) from app.messages x where x.conversation_id = c.id))::int as conversation_last_message,
-      -- Unread: the newest message of a conversation is the other participant's and came after
-      -- the member last read, or the flag is off. Only the newest message is compared: it is the
-      -- one whose arrival set the flag last.
-      (select count(*) from app.conversation_members m
-        join lateral (select x.user_id, x.created_at from app.messages x where x.conversation_id = m.conversation_id
-                      order by x.created_at desc, x.id desc limit 1) newest on true
-        where newest.user_id = m.user_id and m.unread)::int as unread_after_own_message,
-      -- The sealed hours of the date filters (issue 26): each privacy's todos of each hour.
-      (select count(*) from app.todo_hours h
-        full join (select t.author_privacy as privacy, date_trunc('hour', t.created_at, 'UTC') as hour, count(*) as n
-                     from app.todos t where t.created_at < (select s.until from app.todo_hours_sealed s) group by 1, 2) r
-          on r.privacy = h.privacy and r.hour = h.hour
-        where coalesce(h.todos, 0) <> coalesce(r.n, 0))::int as sealed_hours`
-  return drift
-}
-
-/** Streaks are stored (app.users.streak_*); a recount is app.refresh_streak from the history. */
-const recountOnly = new Error('recount only')
-async function streakDrift(): Promise<string[]> {
-  const drifted: string[] = []
-  await world.sql.begin(async (tx) => {
-    const before = await tx`select id, username, streak_length, streak_last_day::text, best_streak from app.users order by id`
-    await tx`select app.refresh_streak(id) from app.users`
-    const after = await tx`select id, username, streak_length, streak_last_day::text, best_streak from app.users order by id`
-    before.forEach((row, i) => {
-      if (JSON.stringify(row) !== JSON.stringify(after[i])) drifted.push(`${row.username}: ${JSON.stringify(row)} → ${JSON.stringify(after[i])}`)
-    })
-    // A recount only: roll back, leaving the stored values as the triggers made them.
-    throw recountOnly
-  }).catch((error) => {
-    if (error !== recountOnly) throw error
-  })
-  return drifted
-}
-
-const noDrift = {
-  todo_reactions: 0, todo_comments: 0, comment_reactions: 0, user_followers: 0, user_todos: 0, project_followers: 0, project_todos: 0,
-  totals_by_privacy: 0, totals: 0, inbox_last_message: 0, conversation_last_message: 0, unread_after_own_message: 0,
-  sealed_hours: 0,
-}
 
 beforeAll(async () => {
   world = await startWorld()
@@ -236,6 +173,7 @@ describe('parallel duplicates of every idempotent operation leave exactly one ro
 
   it('one hot conversation: messages from both sides and reads at once keep its order and unread flags', async () => {
     const conversation = (await world.post('/v1/conversations', { auth: annChat, json: { user: 'ben' } })).body.id
+    const conversationId = conversation.replace(/^conversation_/, '')
     await world.post(`/v1/conversations/${conversation}/messages`, { auth: benChat, json: { body: 'answered' } })
     for (let round = 0; round < 5; round += 1) {
       await tenAtOnce(async () => {
@@ -246,6 +184,48 @@ describe('parallel duplicates of every idempotent operation leave exactly one ro
           : await world.post(`/v1/conversations/${conversation}/reading`, { auth: chat })
       })
     }
+    // One last message from ben: ann's side is unread, ben's read, whatever the rounds left, and
+    // each side is unread exactly when the other participant wrote after its last read.
+    expect((await world.post(`/v1/conversations/${conversation}/messages`, { auth: benChat, json: { body: 'last' } })).status).toBe(201)
+    const sides = await world.sql`
+      select u.username, m.unread,
+             exists (select 1 from app.messages x where x.conversation_id = m.conversation_id and x.user_id <> m.user_id
+                       and x.created_at > coalesce(m.last_read_at, '-infinity')) as other_wrote_since
+      from app.conversation_members m join app.users u on u.id = m.user_id
+      where m.conversation_id = ${conversationId}::uuid order by u.username`
+    expect(sides.map((row) => [row.username, row.unread, row.other_wrote_since])).toEqual([['ann', true, true], ['ben', false, false]])
+    expect((await world.get('/v1/conversations?unread=true', { auth: annChat })).body.data.map((c: { id: string }) => c.id)).toContain(conversation)
+  })
+
+  it('a message delivered while a read waits for the row stays unread: the read marks only what its snapshot saw', async () => {
+    const conversation = (await world.post('/v1/conversations', { auth: annChat, json: { user: 'ben' } })).body.id
+    const conversationId = conversation.replace(/^conversation_/, '')
+    expect((await world.post(`/v1/conversations/${conversation}/messages`, { auth: benChat, json: { body: 'seen' } })).status).toBe(201)
+    const annSide = async () => (await world.sql`
+      select m.unread from app.conversation_members m join app.users u on u.id = m.user_id
+      where m.conversation_id = ${conversationId}::uuid and u.username = 'ann'`)[0]!.unread as boolean
+    expect(await annSide()).toBe(true)
+    // Ben's next message: its delivery (run now, not at commit) holds ann's row until it commits.
+    const sender = await world.sql.reserve()
+    try {
+      await sender`begin`
+      await sender`insert into app.messages (conversation_id, user_id, body)
+                   values (${conversationId}::uuid, (select id from app.users where username = 'ben'), 'never seen by the read')`
+      await sender`set constraints all immediate`
+      // Ann reads: her snapshot has only 'seen'; her update waits for the row ben's delivery holds.
+      const reading = world.post(`/v1/conversations/${conversation}/reading`, { auth: annChat })
+      await waitForLockWait(world.sql, { query: /conversation_read/ })
+      await sender`commit`
+      expect((await reading).status).toBe(204)
+    } finally {
+      sender.release()
+    }
+    // The message committed after the read began: ann never saw it, so it is still unread.
+    expect(await annSide()).toBe(true)
+    // A read that sees it marks it read.
+    expect((await world.post(`/v1/conversations/${conversation}/reading`, { auth: annChat })).status).toBe(204)
+    expect(await annSide()).toBe(false)
+    expect(await counterDrift(world.sql)).toEqual(NO_DRIFT)
   })
 
   it('a send that started first but commits last is still dated after the messages before it', async () => {
@@ -287,8 +267,8 @@ describe('parallel duplicates of every idempotent operation leave exactly one ro
   })
 
   it('and no counter drifted', async () => {
-    expect(await counterDrift()).toEqual(noDrift)
-    expect(await streakDrift()).toEqual([])
+    expect(await counterDrift(world.sql)).toEqual(NO_DRIFT)
+    expect(await streakDrift(world.sql)).toEqual([])
   })
 })
 
@@ -463,7 +443,7 @@ describe(`a random concurrent workload (seed ${SEED}) leaves every counter equal
     for (const kind of ['todo 201', 'move_todo 200', 'comment 201', 'react_todo 201', 'follow 204', 'message 201']) {
       expect(statuses.get(kind) ?? 0, `${kind} in ${JSON.stringify([...statuses])}`).toBeGreaterThan(0)
     }
-    expect(await counterDrift()).toEqual(noDrift)
-    expect(await streakDrift()).toEqual([])
+    expect(await counterDrift(world.sql)).toEqual(NO_DRIFT)
+    expect(await streakDrift(world.sql)).toEqual([])
   })
 })

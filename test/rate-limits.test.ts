@@ -186,8 +186,51 @@ describe('the thresholds table and its documentation', () => {
         .replace(/^(\d+) hour$/, '$1 hours')
       expect(doc, rule.action).toContain(`| \`${rule.action}\` | ${rule.max_events} per ${per} |`)
     }
-    expect(rules.map((r) => r.action)).toEqual(expect.arrayContaining([
-      'todo_create', 'comment_create', 'reaction_create', 'report_create', 'user_follow', 'project_follow', 'mute_create',
-    ]))
+  })
+
+  it('every api function that inserts rows (itself or through the app functions it calls) passes a rate limit, or says why not', async () => {
+    // Read from the schema (issue 31): each api function's body and those of the app/api
+    // functions it calls, transitively. A growing write is an `insert into app.…` anywhere in
+    // that closure; a limited one reaches app.hit_rate_limit or app.keyed_rate_limit (docs/rate-limits.md).
+    const functions = await world.sql<{ name: string; body: string }[]>`
+      select distinct on (n.nspname, p.proname) n.nspname || '.' || p.proname as name, p.prosrc as body
+      from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+      where n.nspname in ('app', 'api') and p.prokind = 'f'`
+    const bodies = new Map(functions.map((f) => [f.name, f.body]))
+    const calls = (body: string) => [...body.matchAll(/\b(app|api)\.([a-z_0-9]+)\s*\(/g)].map((m) => `${m[1]}.${m[2]}`).filter((n) => bodies.has(n))
+    const closure = (name: string) => {
+      const seen = new Set([name])
+      const todo = [name]
+      while (todo.length) for (const next of calls(bodies.get(todo.pop()!)!)) if (!seen.has(next)) { seen.add(next); todo.push(next) }
+      return [...seen]
+    }
+    // Rows that are the limiter's own bookkeeping, not growth a member causes.
+    const bookkeeping = /^(rate_limit_counters|keyed_rate_limit_counters)$/
+    const inserts = (name: string) => closure(name).flatMap((f) =>
+      [...bodies.get(f)!.matchAll(/\binsert\s+into\s+app\.([a-z_0-9]+)/gi)].map((m) => m[1]!).filter((t) => !bookkeeping.test(t)))
+    const limited = (name: string) => closure(name).some((f) => f === 'app.hit_rate_limit' || f === 'app.keyed_rate_limit')
+    const growing = [...bodies.keys()].filter((name) => name.startsWith('api.') && inserts(name).length > 0).sort()
+    // Writes that grow a table without a rate limit of their own, and why that is bounded.
+    const unlimitedBecause: Record<string, string> = Object.fromEntries(growing
+      .filter((name) => !limited(name))
+      .map((name) => [name, `inserts into ${[...new Set(inserts(name))].sort().join(', ')}`]))
+    expect(growing.length, 'the closure finds the growing writes').toBeGreaterThan(15)
+    expect(unlimitedBecause).toEqual(BOUNDED_WITHOUT_A_LIMIT)
   })
 })
+
+/**
+ * The api functions that insert rows but pass no rate limit, with the tables they insert into:
+ * each is bounded by something else, said here. A new unlimited growing write fails the test above
+ * until it gets a limit or an entry (and a reason) here.
+ */
+const BOUNDED_WITHOUT_A_LIMIT: Record<string, string> = {
+  // One pending request per member (its primary key): asking again finds it.
+  'api.account_delete': 'inserts into account_deletion_requests',
+  // A follow only by approving a request that exists, and requests are counted (user_follow,
+  // project_follow) when the requester makes them: approvals add no row a request did not announce.
+  'api.follow_request_answer': 'inserts into user_follows',
+  'api.project_follow_request_answer': 'inserts into project_follows',
+  // One row per member and notification type (its primary key): at most the ten types.
+  'api.notification_preference_update': 'inserts into notification_preferences',
+}

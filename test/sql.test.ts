@@ -2,6 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type TestWorld, startWorld } from './support/app.ts'
 import { asMember } from './support/sql.ts'
+import { waitForLockWait } from './support/locks.ts'
 
 let world: TestWorld
 let alice: string
@@ -37,7 +38,7 @@ describe('conventions, from the catalog', () => {
 
   it('inlined expressions are SQL, run as the caller, read no table and are substituted into the calling statement', async () => {
     const inlined = await world.sql`
-      select p.oid::regprocedure::text as fn, l.lanname, p.prosecdef, p.proconfig, p.prosrc
+      select p.oid::regprocedure::text as fn, l.lanname, p.prosecdef, p.proconfig, p.prosrc, p.proretset
       from pg_proc p join pg_namespace n on n.oid = p.pronamespace join pg_language l on l.oid = p.prolang
       where n.nspname in ('app', 'api') and obj_description(p.oid, 'pg_proc') like 'Inlined %'`
     expect(inlined.map((r) => r.fn).sort()).toEqual([
@@ -63,6 +64,7 @@ describe('conventions, from the catalog', () => {
       'app.notification_json(app.notifications,app.users,text)',
       'app.notification_name(app.users)',
       'app.notification_preference_json(text,text,text,boolean)',
+      'app.notification_types()',
       'app.page_envelope(jsonb,boolean,bigint,text)',
       'app.page_envelope_text(text,boolean,bigint,text)',
       'app.picture_urls(text,text,text,text,text)',
@@ -93,10 +95,12 @@ describe('conventions, from the catalog', () => {
         from pg_proc p, unnest(p.proargtypes) with ordinality a(t, n) where p.oid = ${f.fn}::regprocedure`
       const columns = found!.types.map((_, i) => `a${i}`)
       const call = `${f.fn.replace(/\(.*$/, '')}(${columns.join(', ')})`
+      // A set-returning one is inlined where it is a table (FROM), not in a select list.
+      const query = f.proretset ? `select x.* from args, lateral ${call} x` : `select ${call} from args`
       // Arguments from a table's columns, so nothing is folded to a constant at plan time.
       const lines = await world.sql.begin(async (tx) => {
         await tx.unsafe(`create temp table args (${found!.types.map((t, i) => `a${i} ${t}`).join(', ') || 'none int'}) on commit drop`)
-        return (await tx.unsafe(`explain verbose select ${call} from args`)).map((r) => r['QUERY PLAN'] as string)
+        return (await tx.unsafe(`explain verbose ${query}`)).map((r) => r['QUERY PLAN'] as string)
       })
       const name = f.fn.replace(/^app\./, '').replace(/\(.*$/, '')
       expect(lines.join('\n'), f.fn).not.toContain(`${name}(`)
@@ -361,8 +365,9 @@ describe('todos carry their author\'s privacy (author_privacy), for a policy wit
       await deleter`begin`
       await deleter`select set_config('role', 'authenticated', true), set_config('request.jwt.claims', ${JSON.stringify({ sub: bob, role: 'authenticated', can_write: true })}, true)`
       const deleting = deleter`select api.todo_delete(${'todo_' + todo!.id.replace(/-/g, '')})`.execute()
-      await new Promise((r) => setTimeout(r, 150))
-      // The deletion waits for bob's row and has not locked the todo yet.
+      // The deletion waits for bob's row (a lock waiter, not a pause that may end before it got there)
+      // and has not locked the todo yet.
+      await waitForLockWait(world.sql, { query: /api\.todo_delete/ })
       const free = await world.sql`select id from app.todos where id = ${todo!.id} for update nowait`
       expect(free).toHaveLength(1)
       await holder`commit`
@@ -390,7 +395,7 @@ describe('todos carry their author\'s privacy (author_privacy), for a policy wit
           await privacyTx`update app.users set privacy = 'private' where id = ${bob}`
           // execute(): postgres.js sends a query only when awaited, unless told to now.
           inserted = todoTx<{ id: string }[]>`insert into app.todos (user_id, body) values (${bob}, 'racing') returning id`.execute()
-          await new Promise((r) => setTimeout(r, 100)) // the insert waits for the author's row
+          await waitForLockWait(world.sql, { query: /insert into app\.todos/ }) // the insert waits for the author's row
           await privacyTx`commit`
           await inserted
           await todoTx`commit`
@@ -398,7 +403,7 @@ describe('todos carry their author\'s privacy (author_privacy), for a policy wit
           inserted = todoTx<{ id: string }[]>`insert into app.todos (user_id, body) values (${bob}, 'racing') returning id`
           await inserted
           const changed = privacyTx`update app.users set privacy = 'private' where id = ${bob}`.execute()
-          await new Promise((r) => setTimeout(r, 100)) // the privacy change waits for the insert
+          await waitForLockWait(world.sql, { query: /update app\.users set privacy/ }) // the privacy change waits for the insert
           await todoTx`commit`
           await changed
           await privacyTx`commit`

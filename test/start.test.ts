@@ -3,7 +3,6 @@
 // start reuses the data.
 import { createHash } from 'node:crypto'
 import { mkdtemp, rm } from 'node:fs/promises'
-import { request as httpRequest } from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, expect, it } from 'vitest'
@@ -39,7 +38,7 @@ it('serves GET /v1/users/me with a key from the CLI, stops on Ctrl-C, and keeps 
   }
   const base = `http://127.0.0.1:${env.PORT}`
 
-  const started = Date.now()
+  // How long a first start takes is the machine's (startServer's own deadline bounds a hang).
   const first = await startServer(env)
   expect(first.output()).toContain(`listening on ${base}`)
   expect(first.output()).toMatch(/Applied \d+ migration/)
@@ -50,7 +49,6 @@ it('serves GET /v1/users/me with a key from the CLI, stops on Ctrl-C, and keeps 
   const me = await fetch(`${base}/v1/users/me`, { headers: { authorization: `Bearer ${api_key}` } })
   expect(me.status).toBe(200)
   expect((await me.json()).username).toBe('alice')
-  expect(Date.now() - started).toBeLessThan(30_000)
 
   // npm start runs the export worker: an export is ready within seconds and downloads.
   const auth = { authorization: `Bearer ${api_key}` }
@@ -130,27 +128,35 @@ it('SIGTERM lets a request under way finish, refuses new ones and closes the poo
   })
   expect(asked.status).toBe(200)
   const upload = (await asked.json()) as { url: string; headers: Record<string, string> }
-  const answered = new Promise<number>((resolve, reject) => {
-    const req = httpRequest(upload.url, { method: 'PUT', headers: { ...upload.headers, 'content-length': String(file.length) }, agent: false }, (res) => {
-      res.resume()
-      res.on('end', () => resolve(res.statusCode!))
-    })
-    req.on('error', reject)
-    req.write(file.subarray(0, file.length / 2))
-    setTimeout(() => {
-      stopped = terminate(server.child)
-      setTimeout(async () => {
-        // New requests are refused once stopping began.
-        refused = await fetch(`${base}/health`).then((r) => r.status, () => 'refused')
-        req.end(file.subarray(file.length / 2))
-      }, 500)
-    }, 300)
-  })
-  let stopped: Promise<number | string | null> = Promise.resolve(null)
-  let refused: number | string = 0
-  const status = await answered.catch((err: Error) => err.message)
-  expect(status, server.output()).toBe(200)
-  expect(refused).not.toBe(200)
+  // On one kept-alive connection (issue 31: conditions, not 300/500 ms timers): the PUT's headers
+  // with `Expect: 100-continue`, so the server's "100 Continue" says the request is under way;
+  // half its body; SIGTERM; once the server says it is stopping, the rest of the body and, on the
+  // same connection, a new request, which must be refused with 503 (README: "answers 503 to new
+  // requests on open ones"), while the PUT under way is answered 200.
+  const target = new URL(upload.url)
+  const socket = connect(Number(target.port), target.hostname)
+  let received = ''
+  socket.on('data', (d) => { received += d.toString('latin1') })
+  const ended = new Promise<void>((resolve) => socket.on('close', () => resolve()))
+  socket.on('error', () => {})
+  const headerLines = Object.entries({ ...upload.headers, host: target.host, 'content-length': String(file.length), expect: '100-continue' })
+    .map(([name, value]) => `${name}: ${value}\r\n`).join('')
+  socket.write(`PUT ${target.pathname}${target.search} HTTP/1.1\r\n${headerLines}\r\n`)
+  const until = async (check: () => boolean, what: string) => {
+    for (const deadline = Date.now() + 60_000; !check(); await new Promise((r) => setTimeout(r, 20))) {
+      if (Date.now() > deadline) throw new Error(`${what}:\n${received}\n${server.output()}`)
+    }
+  }
+  await until(() => received.startsWith('HTTP/1.1 100 Continue'), 'no 100 Continue')
+  socket.write(file.subarray(0, file.length / 2))
+  const stopped = terminate(server.child)
+  await until(() => server.output().includes('SIGTERM: stopping'), 'the server did not say it was stopping')
+  socket.write(Buffer.concat([file.subarray(file.length / 2), Buffer.from(`GET /health HTTP/1.1\r\nhost: ${target.host}\r\n\r\n`)]))
+  await ended
+  // Status lines: each answer's follows the body before it with no line break.
+  const answers = [...received.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]))
+  expect(answers, received + server.output()).toEqual([100, 200, 503])
+  expect(received).toContain('{"error":"The server is shutting down; try again shortly."}')
   expect([0, 'SIGTERM']).toContain(await stopped)
   const output = server.output()
   expect(output).toContain('SIGTERM: stopping')

@@ -264,3 +264,12 @@ describe('no query text built from strings in TypeScript', () => {
     expect(found.filter(allowed)).toEqual([])
   })
 })
+
+describe('every test asserts something (issue 31, item 5)', () => {
+  it('vitest runs test/support/setup.ts before each file, and it makes every test expect at least one assertion', () => {
+    const config = readFileSync(join(ROOT, 'vitest.config.ts'), 'utf8')
+    expect(config).toMatch(/setupFiles:\s*\[\s*'test\/support\/setup\.ts'\s*\]/)
+    const setup = readFileSync(join(ROOT, 'test/support/setup.ts'), 'utf8')
+    expect(setup).toMatch(/beforeEach\(\(\) => \{\s*expect\.hasAssertions\(\)\s*\}\)/)
+  })
+})

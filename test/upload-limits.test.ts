@@ -111,17 +111,17 @@ describe('partial files never stay on disk', () => {
     const alice = await newUser()
     const file = Buffer.from('y'.repeat(256 * 1024))
     const asked = (await ask(alice, file)).body
-    const started = Date.now()
     const upload = startPut(asked.url, asked.headers, file, 1000)
-    const answer = await Promise.race([upload.answered, sleep(IDLE_MS * 6).then(() => ({ error: 'no answer' }))])
-    // Answered 408 (HTTP 400, as Storage words a 4xx), or the connection was closed on it: either way within the timeout, not never.
+    // The client never sends more: only the server's idle timeout can end this (without it, the
+    // test's own timeout would); no clock is read (issue 31). Answered 408 (HTTP 400, as Storage
+    // words a 4xx), or the connection closed.
+    const answer = await upload.answered
     if ('status' in answer) {
       expect(answer.status).toBe(400)
       expect(JSON.parse(answer.body)).toMatchObject({ statusCode: '408', message: expect.stringMatching(/No data arrived/) })
     } else {
-      expect(answer.error).not.toBe('no answer')
+      expect(answer.error).toEqual(expect.any(String))
     }
-    expect(Date.now() - started).toBeLessThan(IDLE_MS * 5)
     await eventually(async () => (await incomingFiles()).length === 0)
     expect(existsSync(storedPath(asked.key))).toBe(false)
     upload.abort()

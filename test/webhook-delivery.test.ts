@@ -93,12 +93,18 @@ describe('the outbox', () => {
     expect(Date.parse(sent.timestamp)).toBe(Date.parse(owner.created_at))
     expect(sent.data).toEqual(owner)
 
-    // A todo whose transaction rolls back leaves nothing behind.
+    // A todo whose transaction rolls back leaves nothing behind. The insert itself succeeded (the
+    // todo is there inside the transaction), and the transaction failed on the division, nothing
+    // else: so "nothing behind" is the rollback's doing (issue 31: a swallowed error of any kind
+    // passed before).
     const before = rows.length
-    await world.sql.begin(async (tx) => {
+    let inside = -1
+    await expect(world.sql.begin(async (tx) => {
       await tx`insert into app.todos (user_id, body) values (${alice.id.replace(/^user_/, '').replace(/(.{8})(.{4})(.{4})(.{4})(.{12})/, '$1-$2-$3-$4-$5')}, 'never happened')`
+      inside = (await tx`select count(*)::int as n from app.todos where body = 'never happened'`)[0]!.n
       await tx`select 1/0`
-    }).catch(() => {})
+    })).rejects.toThrow(/division by zero/)
+    expect(inside).toBe(1)
     expect((await world.sql`select count(*)::int as n from app.webhook_deliveries`)[0]!.n).toBe(before)
     // One stored body per todo, however many subscriptions it went to.
     expect((await world.sql`select count(*)::int as n from app.webhook_events`)[0]!.n).toBe(2)
@@ -368,14 +374,13 @@ describe('at least once, never twice at once', () => {
     await subscribe(alice, '/crash')
     receiver.answer(() => {}) // holds the request: the worker is mid-delivery
     const start = receiver.received.length
-    const posted = Date.now()
     const todo = await postTodo(alice, 'survives a crash')
     const first = spawnWorker()
     try {
-      // Within seconds of the todo (the worker polls every second), process start included.
+      // The worker polls every second; how soon after the todo it sends is a bench figure, not a
+      // test's (issue 31): this waits for the request, with a generous deadline.
       const [held] = (await receiver.waitFor(start + 1, 30_000)).slice(start)
       expect(JSON.parse(held!.body).data.id).toBe(todo.id)
-      expect(held!.at - posted).toBeLessThan(15_000)
     } finally {
       await first.kill('SIGKILL')
     }
@@ -400,6 +405,31 @@ describe('at least once, never twice at once', () => {
     expect((await deliveries())[0]).toMatchObject({ status: 'delivered', attempts: 1, last_status: 200 })
   }, 90_000)
 
+  it('a claim whose worker never reports is due again when its lease runs out, by the clock (no SQL moves it), and goes out with the same webhook-id', async () => {
+    const sub = await subscribe(alice, '/lease')
+    await postTodo(alice, 'leased and forgotten')
+    // A worker claims it with the production claim (a 1 s lease here, the worker's is its send
+    // timeout + 30 s) and dies: it never sends nor records.
+    const [claimed] = await world.sql<{ webhook_id: string }[]>`select webhook_id from app.take_webhook_deliveries(10, interval '1 second')`
+    expect(claimed!.webhook_id).toEqual(expect.any(String))
+    const start = receiver.received.length
+    // While the lease holds, a drain sends nothing. Checked after the drain: a lease still in force
+    // then was in force during it (so a loaded machine cannot make this pass or fail by timing).
+    const during = await world.drainWebhooks(FAST)
+    const [held] = await world.sql`select next_attempt_at > now() as leased from app.webhook_deliveries`
+    if (held!.leased) expect(during).toMatchObject({ delivered: 0 })
+    // The lease runs out by itself.
+    for (const deadline = Date.now() + 60_000; (await world.sql`select 1 from app.webhook_deliveries where next_attempt_at <= now()`).length === 0;) {
+      if (Date.now() > deadline) throw new Error('the lease did not run out')
+      await new Promise((r) => setTimeout(r, 50))
+    }
+    expect(await world.drainWebhooks(FAST)).toMatchObject({ delivered: 1 })
+    const got = receiver.received.slice(start)
+    expect(got.map((r) => r.headers['webhook-id'])).toEqual([claimed!.webhook_id])
+    expect((await deliveries())[0]).toMatchObject({ status: 'delivered', attempts: 1 })
+    await unsubscribe(alice, sub.id)
+  })
+
   it('a slow receiver holds no lock: another member deletes a todo and switches a subscription off while a delivery is in flight', async () => {
     const bob = await world.createUser('slowbob')
     const slow = await subscribe(alice, '/slow')
@@ -416,12 +446,12 @@ describe('at least once, never twice at once', () => {
     const draining = drainWebhooks(world.sql, sender, { ...FAST, batch: 10, lanes: 1, timeoutMs: 10_000 })
     try {
       await receiver.waitFor(start + 2, 10_000)
-      // Both deliveries were claimed in one batch; alice's is still in flight.
-      const started = Date.now()
+      // Both deliveries were claimed in one batch; alice's is still in flight, and stays so until
+      // `release()` below: a write that waited for a lock the delivery held would wait forever
+      // (a 503 at the statement timeout, or the test's own timeout), so no clock is needed.
       expect((await world.delete(`/v1/todos/${bobs.id}`, { auth: bob.api_key })).status).toBe(204)
       const off = await world.patch(`/v1/webhooks/subscriptions/${quick.id}`, { auth: bob.api_key, json: { active: false } })
       expect(off.status, off.text).toBe(200)
-      expect(Date.now() - started).toBeLessThan(3_000)
     } finally {
       release()
       await draining
@@ -567,7 +597,7 @@ describe('SSRF', () => {
     expect(receiver.received.slice(start).map((r) => r.path)).toEqual(['/pinned'])
   })
 
-  it('a response that streams forever costs at most the read bound, not the worker', async () => {
+  it('a response that streams forever is read only to the read bound: the drain returns, the delivery recorded', async () => {
     const sub = await subscribe(alice, '/stream')
     receiver.answer((_req, res) => {
       res.writeHead(200)
@@ -575,9 +605,8 @@ describe('SSRF', () => {
       res.on('close', () => clearInterval(timer))
     })
     await postTodo(alice, 'endless answer')
-    const began = Date.now()
+    // A worker that read on would never return (the stream has no end): returning is the proof.
     expect(await world.drainWebhooks(FAST)).toMatchObject({ delivered: 1 })
-    expect(Date.now() - began).toBeLessThan(5_000)
     await unsubscribe(alice, sub.id)
   })
 })

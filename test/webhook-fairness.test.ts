@@ -148,14 +148,15 @@ async function deadReceiversAttack(hostsOf: string[][], options: { answerFirst?:
        and d.created_at >= ${since} and d.attempts > 0`
   const latency = arrived.at - posted
   console.log(`bob's delivery: ${idle} ms idle, ${latency} ms during the attack (${attackers.length} attacker(s), ${dead.length} dead host(s), ${deadRequests()} requests hanging)`)
-  // Nothing of the attack had ended: bob's delivery took no slot a dead receiver had to free.
+  // Nothing of the attack had ended: bob's delivery took no slot a dead receiver had to free (each
+  // holds its slot for the 15 s timeout). That is the proof; the latency is printed, not bounded
+  // (issue 31: "idle + 5 s" measured the machine's load as much as the worker).
   expect(ended).toBe(0)
-  expect(latency).toBeLessThan(idle + 5_000)
   return { dead, worker }
 }
 
 describe('dead receivers do not starve other members (the issue\'s attack)', () => {
-  it('20 subscriptions of one member to one receiver that never answers: another member\'s delivery arrives within the idle latency plus seconds', async () => {
+  it('20 subscriptions of one member to one receiver that never answers: another member\'s delivery arrives before any of the attack\'s requests timed out', async () => {
     const { dead, worker } = await deadReceiversAttack([['127.0.0.2']])
     for (const r of dead) await r.close()
     await worker.stop()
@@ -168,13 +169,13 @@ describe('dead receivers do not starve other members (the issue\'s attack)', () 
     await worker.stop()
   }, 240_000)
 
-  it('four accounts with silent receivers do not hold every slot of npm start\'s drain: another member\'s delivery still arrives within idle latency + a few seconds', async () => {
+  it('four accounts with silent receivers do not hold every slot of npm start\'s drain: another member\'s delivery still arrives before any of the attack\'s requests timed out', async () => {
     const { dead, worker } = await deadReceiversAttack([['127.0.0.50'], ['127.0.0.51'], ['127.0.0.52'], ['127.0.0.53']])
     for (const r of dead) await r.close()
     await worker.stop()
   }, 240_000)
 
-  it('four accounts whose receivers answered and then hang (the worker trusted them) hold no slot for more than seconds: another member\'s delivery still arrives within idle latency + a few seconds', async () => {
+  it('four accounts whose receivers answered and then hang (the worker trusted them) hold no slot for more than seconds: another member\'s delivery still arrives before any of the attack\'s requests timed out', async () => {
     const { dead, worker } = await deadReceiversAttack([['127.0.0.54'], ['127.0.0.55'], ['127.0.0.56'], ['127.0.0.57']], { answerFirst: true })
     for (const r of dead) await r.close()
     await worker.stop()

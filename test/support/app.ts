@@ -59,6 +59,8 @@ export interface WorldOptions {
   statementTimeoutMs?: number
   /** Refuse public Realtime channels, as `npm start` (and production's setting) does. Default true. */
   realtimePrivateOnly?: boolean
+  /** How often the Realtime gateway checks its channels' tokens against revocation (its default: 5 s). */
+  revocationCheckIntervalMs?: number
   /** The local Storage API's limits: how long an upload may send nothing, the project-wide file size limit. */
   storage?: { idleTimeoutMs?: number; fileSizeLimit?: number }
   /** WEBHOOK_ALLOW_PRIVATE of the app and of the world's webhook sender. Default false, as in production. */
@@ -108,7 +110,10 @@ export async function startWorld(options: WorldOptions = {}) {
   let supabaseUrl: string
   let realtime: Awaited<ReturnType<typeof startRealtimeGateway>>
   let stack: EdgeStack | null = null
+  /** The routes of the app's router (the edge entry builds the same router with createApp). */
+  let routes: { method: string; path: string }[]
   if (TEST_ENTRY === 'edge') {
+    routes = createApp(deps).routes.map((r) => ({ method: r.method, path: r.path }))
     // The edge function on this world's database and files; its access log lines collected as the Node app's are.
     let pending = ''
     stack = await startEdgeStack({
@@ -130,13 +135,16 @@ export async function startWorld(options: WorldOptions = {}) {
   } else {
     const app = createApp(deps)
     app.route('/', storageApi.routes)
+    routes = app.routes.map((r) => ({ method: r.method, path: r.path }))
     baseUrl = await new Promise<string>((resolve) => {
       server = serve({ fetch: closeAfterUnreadBody(app.fetch), hostname: '127.0.0.1', port: 0 }, (info) => resolve(`http://127.0.0.1:${info.port}`))
     })
     supabaseUrl = baseUrl
     publicUrl = baseUrl
     // The Realtime gateway on the same server, as `npm start` serves it (ws://…/realtime/v1/websocket).
-    realtime = await startRealtimeGateway({ databaseUrl: url, jwtSecret: JWT_SECRET, privateOnly: options.realtimePrivateOnly ?? true })
+    realtime = await startRealtimeGateway({
+      databaseUrl: url, jwtSecret: JWT_SECRET, privateOnly: options.realtimePrivateOnly ?? true, revocationCheckIntervalMs: options.revocationCheckIntervalMs,
+    })
     realtime.attach(server!)
   }
 
@@ -191,6 +199,8 @@ export async function startWorld(options: WorldOptions = {}) {
     anotherServer,
     /** The app's fair queue (its stats: calls running and waiting). */
     admission: deps.admission,
+    /** Every route the app's router holds (method and Hono path, `:param` style), the storage server's included. */
+    routes,
     /** The app's access log, one line per request. */
     accessLog,
     /** Every statement the app's pool sent, in order (for round-trip counts). */

@@ -3,11 +3,17 @@
 // - APNs: HTTP/2 over TLS with a self-signed certificate (made with openssl for 127.0.0.1); the
 //   provider token's ES256 signature (against the public half of the test's key), kid and iss;
 //   the headers apns-push-type, apns-topic, apns-id; the JSON payload, and its size: over 4096
-//   bytes is 413 PayloadTooLarge, as Apple answers. Otherwise answers as told.
+//   bytes is 413 PayloadTooLarge, as Apple answers. The provider token's age: issued (iat) more
+//   than an hour before is 403 ExpiredProviderToken; and its renewals: a new token issued less
+//   than 20 minutes after the one before is 429 TooManyProviderTokenUpdates (Apple's "Establishing
+//   a token-based connection to APNs"; measured here between the tokens' iat, so a test's moved
+//   clock counts as Apple's would). The device token: hexadecimal, 64 digits (32 bytes) up to 200
+//   (Apple warns the length may grow), else 400 BadDeviceToken. Otherwise answers as told.
 // - Web Push: plain HTTP (tests run with WEBHOOK_ALLOW_PRIVATE's allowance); the VAPID JWT
-//   (ES256, against the k= public key), and the body decrypted with http_ece (RFC 8291,
-//   aes128gcm) with the subscription's private key and auth secret. A body over 4096 bytes is
-//   413, as push services answer (RFC 8030 section 7.2).
+//   (ES256, against the k= public key) with an `exp` in the future and at most 24 hours away
+//   (RFC 8292 section 2; else 403, as push services answer), and the body decrypted with http_ece
+//   (RFC 8291, aes128gcm) with the subscription's private key and auth secret. A body over 4096
+//   bytes is 413, as push services answer (RFC 8030 section 7.2).
 import { execFileSync } from 'node:child_process'
 import { createECDH, createPublicKey, generateKeyPairSync, randomBytes, randomUUID } from 'node:crypto'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
@@ -69,9 +75,17 @@ export async function startApnsStandIn() {
   const waiters: (() => void)[] = []
   let answer: (push: ApnsPush, index: number) => ApnsAnswer | Promise<ApnsAnswer> = () => ({ status: 200 })
   let connections = 0
+  /** The newest provider token seen, and its iat: a different one within 20 minutes of it is a renewal too soon. */
+  let newestToken: { raw: string; iat: number } | null = null
   const server = http2.createSecureServer({ key: tls.key, cert: tls.cert })
-  server.on('session', () => connections++)
+  // A client that dies (kill -9 of a worker) resets its connection: Apple shrugs, and so does
+  // this stand-in (an 'error' without a listener would end the test run as uncaught).
+  server.on('session', (session) => {
+    connections++
+    session.on('error', () => {})
+  })
   server.on('stream', (stream, headers) => {
+    stream.on('error', () => {})
     const chunks: Buffer[] = []
     stream.on('data', (c: Buffer) => chunks.push(c))
     stream.on('end', async () => {
@@ -115,6 +129,19 @@ export async function startApnsStandIn() {
         stream.end(JSON.stringify({ reason: 'BadRequest', problem }))
         return
       }
+      const refuse = (status: number, reason: string, why: string) => {
+        push.problem = why
+        stream.respond({ ':status': status, 'apns-id': flat['apns-id']! })
+        stream.end(JSON.stringify({ reason }))
+      }
+      if (!/^(?:[0-9a-f]{2}){32,100}$/.test(push.token)) return refuse(400, 'BadDeviceToken', `device token of ${push.token.length} digits`)
+      const iat = jwt.iat ?? 0
+      if (Date.now() / 1000 - iat > 3600) return refuse(403, 'ExpiredProviderToken', `provider token issued ${Math.round(Date.now() / 1000 - iat)} s ago`)
+      // A renewal is a token newer than the newest seen (a worker still on the one before is not).
+      if (newestToken && raw !== newestToken.raw && iat >= newestToken.iat) {
+        if (iat - newestToken.iat < 20 * 60) return refuse(429, 'TooManyProviderTokenUpdates', `provider token renewed ${iat - newestToken.iat} s after the last`)
+      }
+      if (!newestToken || iat > newestToken.iat) newestToken = { raw, iat }
       const decided = await answer(push, pushes.length - 1)
       if (decided === 'hang') return
       stream.respond({ ':status': decided.status, 'apns-id': flat['apns-id'] ?? randomUUID(), ...(decided.retryAfter ? { 'retry-after': decided.retryAfter } : {}) })
@@ -165,7 +192,7 @@ export interface WebPushReceived {
   path: string
   headers: Record<string, string>
   body: Buffer
-  vapid: { sub?: string; aud?: string; publicKey: string } | null
+  vapid: { sub?: string; aud?: string; publicKey: string; exp?: number } | null
   problem: string | null
 }
 
@@ -178,6 +205,7 @@ export async function startWebPushService() {
     req.on('end', async () => {
       const headers = Object.fromEntries(Object.entries(req.headers).map(([k, v]) => [k, String(v)]))
       let problem: string | null = null
+      let vapidRefused: string | null = null
       let vapid: WebPushReceived['vapid'] = null
       const match = /^vapid t=([^,]+), k=(.+)$/.exec(headers.authorization ?? '')
       if (!match) problem = `authorization ${headers.authorization}`
@@ -185,18 +213,21 @@ export async function startWebPushService() {
         try {
           const raw = Buffer.from(match[2]!, 'base64url')
           const key = createPublicKey({ key: { kty: 'EC', crv: 'P-256', x: raw.subarray(1, 33).toString('base64url'), y: raw.subarray(33).toString('base64url') }, format: 'jwk' })
-          const { payload } = await jwtVerify(match[1]!, key, { algorithms: ['ES256'] })
-          vapid = { sub: payload.sub, aud: payload.aud as string, publicKey: match[2]! }
+          const { payload } = await jwtVerify(match[1]!, key, { algorithms: ['ES256'], requiredClaims: ['exp'] })
+          vapid = { sub: payload.sub, aud: payload.aud as string, publicKey: match[2]!, exp: payload.exp }
+          // jwtVerify refused an exp in the past; RFC 8292: no more than 24 hours ahead.
+          if (payload.exp! - Date.now() / 1000 > 24 * 3600) vapidRefused = `vapid: exp ${payload.exp! - Math.round(Date.now() / 1000)} s ahead, past 24 hours`
         } catch (err) {
-          problem = `vapid: ${(err as Error).message}`
+          vapidRefused = `vapid: ${(err as Error).message}`
         }
       }
+      if (vapidRefused) problem = vapidRefused
       if (headers['content-encoding'] !== 'aes128gcm') problem = `content-encoding ${headers['content-encoding']}`
       if (!headers.ttl) problem = 'no TTL'
       const entry: WebPushReceived = { path: req.url ?? '/', headers, body: Buffer.concat(chunks), vapid, problem }
       received.push(entry)
       if (entry.body.length > 4096) entry.problem = `body of ${entry.body.length} bytes`
-      res.statusCode = entry.body.length > 4096 ? 413 : problem ? 400 : answer(entry, received.length - 1)
+      res.statusCode = entry.body.length > 4096 ? 413 : vapidRefused ? 403 : problem ? 400 : answer(entry, received.length - 1)
       res.end()
     })
   })
