@@ -292,6 +292,22 @@ describe('attaching rejects with 422', () => {
   })
 })
 
+describe('a request reads only its member\'s own stored files', () => {
+  it('naming another member\'s signed id reads nothing of that file and changes nothing of that upload', async () => {
+    const bobs = await upload(bob, png(5, 4), 'image/png', 'bobs.png')
+    const before = await world.sql`select * from app.uploads where key = ${bobs.key}`
+    const refused = await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'not mine', attachments: [bobs.signed_id] } })
+    expect(refused.status).toBe(422)
+    expect(refused.body.error).toMatch(/belongs to someone else/)
+    expect(await world.sql`select * from app.uploads where key = ${bobs.key}`).toEqual(before)
+    expect(before[0]).toMatchObject({ sniffed_type: null, measured_at: null })
+    // Bob's own request reads it, and attaches it.
+    const own = await world.post('/v1/todos', { auth: bob.api_key, json: { body: 'mine', attachments: [bobs.signed_id] } })
+    expect(own.status).toBe(201)
+    expect(own.body.attachments[0]).toMatchObject({ width: 5, height: 4 })
+  })
+})
+
 describe('PATCH, deletion and cleanup', () => {
   it('PATCH adds (additive) and removes attachments; removed files are deleted by the worker', async () => {
     const first = await upload(alice, png(10, 10), 'image/png', 'one.png')

@@ -5,7 +5,9 @@
 // what was declared: Storage records only what the PUT said.
 import type { AppContext } from '../lib/context.ts'
 import { ApiError } from '../lib/errors.ts'
-import { inspectStored } from '../lib/inspect.ts'
+import { type UploadToInspect, inspectStored } from '../lib/inspect.ts'
+import { accessOf } from '../lib/access.ts'
+import { callApiAs } from '../lib/db.ts'
 import { inTurn } from '../lib/respond.ts'
 import { uploadSigningKey, verifyUploadId } from '../lib/storage.ts'
 
@@ -37,12 +39,19 @@ export async function uploadIds(c: AppContext, signedIds: string[] | undefined, 
   return ids
 }
 
-/** Reads the stored files of these uploads that nobody read yet (once each), before SQL attaches them. */
+/**
+ * Reads the stored files of these uploads that nobody read yet (once each), before SQL attaches
+ * them. Which ones comes from api.uploads_to_inspect, run as the requesting member: only the
+ * member's own uploads are read and recorded, never another member's whose signed id was named.
+ */
 async function inspectUploads(c: AppContext, ids: string[]): Promise<void> {
-  const { sql, storage } = c.var.deps
+  const credential = c.var.credential
+  if (!credential) return // the request's own call refuses it
+  const { sql, storage, publicUrl, webUrl } = c.var.deps
   await inTurn(c, async () => {
-    const pending = await sql<{ key: string; filename: string | null; content_type: string }[]>`
-      select key, filename, content_type from app.uploads_to_inspect(${ids}::uuid[])`
+    // No Idempotency-Key here: the request's stored answer is its own call's.
+    const { body } = await callApiAs(sql, { credential, access: accessOf(c), publicUrl, webUrl }, 'api.uploads_to_inspect', [ids])
+    const pending = JSON.parse(body ?? '[]') as UploadToInspect[]
     try {
       await Promise.all(pending.map((upload) => inspectStored(sql, storage, upload)))
     } catch (err) {

@@ -252,20 +252,6 @@ comment on function app.uninspected_uploads(integer) is
   'Stored files whose bytes nobody read yet (no attach tried them), oldest first, with their names and declared types, for the storage worker: it finds what they are (functions/lib/inspect.ts) and measures images.';
 grant execute on function app.uninspected_uploads(integer) to service_role;
 
-create function app.uploads_to_inspect(upload_ids uuid[])
-returns table(key text, filename text, content_type text)
-language sql
-stable
-security definer
-set search_path = ''
-as $$
-  select u.key, u.filename, u.content_type from app.uploads u
-  where u.id = any (upload_ids) and u.sniffed_type is null and u.stored_at is not null
-$$;
-comment on function app.uploads_to_inspect(uuid[]) is
-  'Of the uploads a request is about to attach (ids from signed_ids the HTTP layer verified, so only ids we issued), those stored and whose bytes nobody read yet: the HTTP layer reads their start from storage and records what they are (app.record_upload_inspection) before attaching. Whose they are is checked by app.attach_uploads; reading a file records only the truth about it. Called by the API''s own connection, not as a member.';
-grant execute on function app.uploads_to_inspect(uuid[]) to service_role;
-
 create function app.record_upload_inspection(object_key text, sniffed text, image_width integer, image_height integer)
 returns void
 language sql
@@ -432,6 +418,21 @@ $$;
 comment on function api.upload_create(text, bigint, text, text) is
   'POST /v1/uploads: rate-limited (upload_create, 429), within the member''s storage quota (422, app.reserve_upload_bytes); records the upload the member is about to PUT and picks its storage key (the file name cleaned to [A-Za-z0-9._-], never only dots). The HTTP layer adds the signed PUT URL, its headers and the signed_id (it holds the signing secret).';
 grant execute on function api.upload_create(text, bigint, text, text) to authenticated;
+
+create function api.uploads_to_inspect(upload_ids jsonb)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select coalesce(jsonb_agg(jsonb_build_object('key', u.key, 'filename', u.filename, 'content_type', u.content_type)), '[]'::jsonb)
+  from app.uploads u
+  where u.id = any (array(select (value #>> '{}')::uuid from jsonb_array_elements(coalesce(upload_ids, '[]'::jsonb))))
+    and u.user_id = (select auth.uid()) and u.sniffed_type is null and u.stored_at is not null
+$$;
+comment on function api.uploads_to_inspect(jsonb) is
+  'Of the uploads a request is about to attach (ids from signed_ids the HTTP layer verified), the requesting member''s own that are stored and whose bytes nobody read yet: the HTTP layer reads their start from storage and records what they are (app.record_upload_inspection) before the request''s own call attaches them. Runs as the member (RLS and auth.uid()), so a request never reads or records anything of another member''s upload, whatever signed id it names.';
+grant execute on function api.uploads_to_inspect(jsonb) to authenticated;
 
 -- ============================================================================
 -- Execute only where granted above
