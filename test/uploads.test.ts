@@ -250,6 +250,9 @@ describe('the PUT rejects and keeps nothing', () => {
       .rejects.toMatchObject({ code: '42501' })
     // What account deletion does (owner cleared) is no replacement.
     await world.sql`update storage.objects set owner = null where bucket_id = 'uploads' and name = ${kept.key}`
+    // Only the Storage API deletes objects (as on Supabase: storage.protect_delete), even a DELETE of no row;
+    // the storage worker deletes through it and forgets only its own outbox (app.forget_file_deletions).
+    await expect(world.sql`delete from storage.objects where bucket_id = 'uploads' and name = 'nothing'`).rejects.toMatchObject({ code: '42501' })
   })
 })
 

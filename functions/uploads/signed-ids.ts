@@ -48,16 +48,20 @@ async function inspectUploads(c: AppContext, ids: string[]): Promise<void> {
   const credential = c.var.credential
   if (!credential) return // the request's own call refuses it
   const { sql, storage, publicUrl, webUrl } = c.var.deps
-  await inTurn(c, async () => {
+  // The list in the member's turn (the credential is decided there: nothing is read for a refused
+  // one); the reads from Storage outside any turn (each bounded by the adapter's timeout), so a
+  // slow Storage holds no database slot; each record in a short turn of its own.
+  const { body } = await inTurn(c, () =>
     // No Idempotency-Key here: the request's stored answer is its own call's.
-    const { body } = await callApiAs(sql, { credential, access: accessOf(c), publicUrl, webUrl }, 'api.uploads_to_inspect', [ids])
-    const pending = JSON.parse(body ?? '[]') as UploadToInspect[]
-    try {
-      await Promise.all(pending.map((upload) => inspectStored(sql, storage, upload)))
-    } catch (err) {
-      // Storage did not answer (or refused the service role): nothing was attached; safe to repeat.
-      console.error('reading stored files failed:', (err as Error).message)
-      throw new ApiError(503, 'The stored files could not be read just now; try again shortly.', {}, { 'Retry-After': '5' })
-    }
-  })
+    callApiAs(sql, { credential, access: accessOf(c), publicUrl, webUrl }, 'api.uploads_to_inspect', [ids]))
+  const pending = JSON.parse(body ?? '[]') as UploadToInspect[]
+  if (pending.length === 0) return
+  try {
+    await Promise.all(pending.map((upload) => inspectStored(sql, storage, upload, (record) => inTurn(c, record))))
+  } catch (err) {
+    if (err instanceof ApiError) throw err
+    // Storage did not answer in time (or refused the service role): nothing was attached; safe to repeat.
+    console.error('reading stored files failed:', (err as Error).message)
+    throw new ApiError(503, 'The stored files could not be read just now; try again shortly.', {}, { 'Retry-After': '5' })
+  }
 }

@@ -210,11 +210,10 @@ volatile
 security definer
 set search_path = ''
 as $$
-  delete from storage.objects o where o.bucket_id = 'uploads' and o.name = any (keys);
   delete from app.file_deletions d where d.key = any (keys);
 $$;
 comment on function app.forget_file_deletions(text[]) is
-  'Marks files as deleted from storage: their storage.objects rows and outbox entries go.';
+  'Marks files as deleted from storage: their outbox entries go. Their storage.objects rows went with the files (the Storage API''s DELETE removes both); deleting from storage.objects here is refused on Supabase (storage.protect_delete: only the Storage API may).';
 grant execute on function app.forget_file_deletions(text[]) to service_role;
 
 create function app.remove_stale_uploads(older_than interval)
@@ -337,7 +336,8 @@ begin
     -- A stored file is never replaced, renamed or moved into another name: an upsert of a spent
     -- signed URL (two PUTs that both passed Storage's check before either was recorded) lands here.
     if new.bucket_id is distinct from old.bucket_id or new.name is distinct from old.name
-       or new.metadata is distinct from old.metadata then
+       or new.metadata is distinct from old.metadata
+       or to_jsonb(new) -> 'version' is distinct from to_jsonb(old) -> 'version' then
       raise exception 'This upload URL has been used: the file is stored and is never replaced. Ask POST /v1/uploads for a new URL to upload another file.'
         using errcode = '42501';
     end if;
@@ -376,7 +376,7 @@ begin
 end;
 $$;
 comment on function app.tg_storage_objects__bind_upload() is
-  'Binds a stored object of the uploads bucket to its upload row in the transaction in which Storage records it (Uploader.completeUpload of supabase/storage, and the local Storage API): refused (42501, which Storage answers as 403 AccessDenied with this message, HTTP 400) unless the upload exists, was never stored, and the object has the declared size, type and (single-part eTag) MD5; then sets app.uploads.stored_at. A stored object is never replaced (an upsert, two racing PUTs of one URL) nor renamed. So a signed URL stores one file of the declared size, once, and the quota counted from the declared sizes holds. Security definer: Storage writes as its own role, which may not touch app.uploads.';
+  'Binds a stored object of the uploads bucket to its upload row in the transaction in which Storage records it (Uploader.completeUpload of supabase/storage, and the local Storage API): refused (42501, which Storage answers as 403 AccessDenied with this message, HTTP 400) unless the upload exists, was never stored, and the object has the declared size, type and (single-part eTag) MD5; then sets app.uploads.stored_at. A stored object is never replaced (an upsert, two racing PUTs of one URL, another version) nor renamed. So a signed URL stores one file of the declared size, once, and the quota counted from the declared sizes holds. Security definer: Storage writes as its own role, which may not touch app.uploads.';
 create trigger app_bind_upload before insert on storage.objects
   for each row when (new.bucket_id = 'uploads') execute function app.tg_storage_objects__bind_upload();
 create trigger app_keep_upload before update on storage.objects
