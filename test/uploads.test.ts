@@ -4,6 +4,7 @@
 // what Storage records is bound to its upload by app.tg_storage_objects__bind_upload.
 import { createHash } from 'node:crypto'
 import { existsSync } from 'node:fs'
+import { mkdir, rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import jpeg from 'jpeg-js'
 import { PNG } from 'pngjs'
@@ -292,6 +293,24 @@ describe('attaching rejects with 422', () => {
     // A failed attach creates nothing: the todo of a rejected request does not exist.
     const [count] = await world.sql`select count(*)::int as n from app.todos where body = 'x'`
     expect(count!.n).toBe(1)
+  })
+})
+
+describe('a PUT that fails after Storage recorded it', () => {
+  it('a file that cannot be moved into place rolls back its record: the URL stays usable', async () => {
+    const file = png(6, 6)
+    const asked = (await requestUpload(alice, file, 'image/png', 'blocked.png')).body
+    // Something in the way at the file's place (a folder): the move fails after the row was written.
+    const target = join(world.storageDir, 'uploads', ...asked.key.split('/'))
+    await mkdir(join(target, 'in-the-way'), { recursive: true })
+    const failed = await put(asked.url, asked.headers, file)
+    expect(failed.status).toBe(400)
+    const [row] = await world.sql`select stored_at from app.uploads where key = ${asked.key}`
+    expect(row!.stored_at).toBeNull()
+    const [objects] = await world.sql`select count(*)::int as n from storage.objects where name = ${asked.key}`
+    expect(objects!.n).toBe(0)
+    await rm(target, { recursive: true })
+    expect((await put(asked.url, asked.headers, file)).status).toBe(200)
   })
 })
 
