@@ -1,6 +1,6 @@
 // The part of Supabase Storage's REST API (/storage/v1/object/…) that functions/lib/supabase-storage.ts
 // uses, served over local files, so that the production storage code path runs off Supabase too
-// (`npm run start:edge`, and `npm start` beside its own storage server). test/storage-api.test.ts
+// (`npm run start:edge` over HTTP, `npm start` and the tests in-process: localSupabaseStorage). test/storage-api.test.ts
 // drives it with the official client, @supabase/storage-js.
 //
 // What it serves, as Storage does (https://github.com/supabase/storage):
@@ -42,7 +42,7 @@ import { supabaseStorage } from '../functions/lib/supabase-storage.ts'
 import type { FileStorage } from '../functions/lib/storage.ts'
 
 export interface StorageApiOptions {
-  /** Where the files are: <dir>/<bucket>/<name> (DATA_DIR/storage, the local storage server's layout). */
+  /** Where the files are: <dir>/<bucket>/<name> (DATA_DIR/storage). */
   dir: string
   /** The project's JWT secret: it verifies the service role key and signs the URLs' tokens. */
   jwtSecret: string
@@ -326,27 +326,37 @@ export function storageApi(options: StorageApiOptions): StorageApi {
       // object without upsert; two writes racing past it both land, the later replacing, unless a
       // trigger refuses: ours on the uploads bucket does). (sql.json: a JSON text bound to ::jsonb
       // would be stored as one jsonb string, not the object.)
+      // Recorded and moved into place in one transaction, as Storage's completeUpload records in
+      // one: a failed move rolls the row back, with what a trigger set in it (the upload's
+      // stored_at), so the same URL may be PUT again.
+      const target = pathOf(bucketId, name)
+      const moveFailed = new Error('move failed')
+      let moveError: unknown = null
       let row: ObjectRow | undefined
       try {
-        ;[row] = await options.sql<ObjectRow[]>`
-          insert into storage.objects (bucket_id, name, owner, metadata) values (${bucketId}, ${name}, ${owner ?? null}, ${options.sql.json(metadata)})
-          on conflict (bucket_id, name) do update set metadata = excluded.metadata, owner = excluded.owner, updated_at = now()
-          returning *`
+        row = await options.sql.begin(async (tx) => {
+          const [inserted] = await tx<ObjectRow[]>`
+            insert into storage.objects (bucket_id, name, owner, metadata) values (${bucketId}, ${name}, ${owner ?? null}, ${tx.json(metadata)})
+            on conflict (bucket_id, name) do update set metadata = excluded.metadata, owner = excluded.owner, updated_at = now()
+            returning *`
+          if (!inserted) return undefined
+          try {
+            await mkdir(dirname(target), { recursive: true })
+            await rename(incoming, target)
+          } catch (err) {
+            moveError = err
+            throw moveFailed
+          }
+          return inserted
+        })
       } catch (err) {
-        return databaseRefusal(err)
-      }
-      if (!row) return storageError(409, 'ResourceAlreadyExists', 'The resource already exists', 'Duplicate')
-      const target = pathOf(bucketId, name)
-      try {
-        await mkdir(dirname(target), { recursive: true })
-        await rename(incoming, target)
-      } catch (err) {
-        await options.sql`delete from storage.objects where id = ${row.id}`.catch(() => {})
+        if (err !== moveFailed) return databaseRefusal(err)
         // A name these files cannot hold (a part over 255 bytes; a part that is a file here and a
         // folder there, which Storage's flat keys allow): the client's to change, not a 500.
-        if (UNSTORABLE_NAME.has((err as NodeJS.ErrnoException).code ?? '')) return invalidKey(name)
-        throw err
+        if (UNSTORABLE_NAME.has((moveError as NodeJS.ErrnoException).code ?? '')) return invalidKey(name)
+        throw moveError
       }
+      if (!row) return storageError(409, 'ResourceAlreadyExists', 'The resource already exists', 'Duplicate')
       kept = true
       return row
     } finally {
@@ -421,6 +431,9 @@ export function storageApi(options: StorageApiOptions): StorageApi {
         if (denied) return denied
         if (!(await findBucket(at.bucket))) return storageError(404, 'NoSuchBucket', 'Bucket not found', 'Bucket not found')
         const upsert = c.req.header('x-upsert') === 'true'
+        // Storage probes the write when it signs, too (ObjectStorage.signUploadObjectUrl → canUpload).
+        const probe = await probeWrite(at.bucket, at.name, upsert)
+        if (probe) return probe
         const token = await sign({ url: `${at.bucket}/${at.name}`, upsert, scope: 'upload' }, SIGNED_UPLOAD_SECONDS)
         return c.json({ url: `/object/upload/sign/${at.bucket}/${encodeName(at.name)}?token=${token}`, token })
       }
@@ -492,8 +505,11 @@ export function storageApi(options: StorageApiOptions): StorageApi {
       }
       if (prefixes.length > DELETE_LIMIT) return storageError(400, 'InvalidRequest', `At most ${DELETE_LIMIT} names in one request.`)
       const names = (prefixes as string[]).filter((name) => objectName(encodeName(name)) === name)
-      const deleted = names.length === 0 ? [] : await options.sql<ObjectRow[]>`
-        delete from storage.objects where bucket_id = ${bucket} and name = any (${names}) returning *`
+      // As Storage deletes: with storage.allow_delete_query set for its transaction (storage.protect_delete).
+      const deleted = names.length === 0 ? [] : await options.sql.begin(async (tx) => {
+        await tx`select set_config('storage.allow_delete_query', 'true', true)`
+        return await tx<ObjectRow[]>`delete from storage.objects where bucket_id = ${bucket} and name = any (${names}) returning *`
+      })
       for (const row of deleted) await rm(pathOf(bucket, row.name), { force: true })
       return c.json(deleted)
     }

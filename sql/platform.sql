@@ -268,3 +268,23 @@ create table if not exists storage.objects (
 
 alter table storage.buckets enable row level security;
 alter table storage.objects enable row level security;
+-- Supabase refuses a direct DELETE on storage.objects (only the Storage API, which sets the
+-- setting below, may: supabase/storage migrations/tenant/0050-prevent-direct-deletes.sql). Here
+-- too, and only where no such function exists (a real instance keeps its own).
+do $$
+begin
+  if to_regprocedure('storage.protect_delete()') is null then
+    create function storage.protect_delete() returns trigger language plpgsql as $fn$
+    begin
+      if coalesce(current_setting('storage.allow_delete_query', true), 'false') <> 'true' then
+        raise exception 'Direct deletion from storage tables is not allowed. Use the Storage API instead.'
+          using errcode = '42501', hint = 'This prevents accidental data loss from orphaned objects.';
+      end if;
+      return null;
+    end
+    $fn$;
+    create trigger protect_objects_delete before delete on storage.objects
+      for each statement execute function storage.protect_delete();
+  end if;
+end
+$$;

@@ -284,8 +284,17 @@ describe('functions/lib/supabase-storage.ts (production\'s FileStorage) against 
   })
 
   it('in the uploads bucket, what the trigger refuses reaches the client as Storage words it: AccessDenied with its message', async () => {
+    // Signing probes the write, as Storage's signUploadObjectUrl does: an undeclared name is refused there.
     const path = name('undeclared.png')
+    const unsigned = await client().from('uploads').createSignedUploadUrl(path)
+    expect(failure(unsigned)).toMatchObject({ status: 400, statusCode: '403' })
+    expect(unsigned.error!.message).toMatch(/^No such upload/)
+    // A URL signed while its upload existed, PUT after the upload was removed: refused before the body is kept.
+    const member = await world.createUser(`r${Math.random().toString(36).slice(2, 8)}`)
+    await world.sql`insert into app.uploads (user_id, key, filename, byte_size, checksum, content_type)
+      values (app.from_public_id('user', ${member.id}), ${path}, 'undeclared.png', ${png().length}, decode(${md5(png())}, 'hex'), 'image/png')`
     const { data: signed } = await client().from('uploads').createSignedUploadUrl(path)
+    await world.sql`delete from app.uploads where key = ${path}`
     const refused = await client('not-a-key').from('uploads').uploadToSignedUrl(path, signed!.token, png(), { contentType: 'image/png' })
     expect(failure(refused)).toMatchObject({ status: 400, statusCode: '403' })
     expect(refused.error!.message).toMatch(/^No such upload/)

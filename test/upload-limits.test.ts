@@ -371,8 +371,8 @@ describe('the Supabase Storage path, by configuration', () => {
 
   it('the adapter signs uploads without upsert, and lets Storage serve inline only raster images and video whose bytes were read', async () => {
     const hana = await newUser()
-    const signed = await world.storage.signUpload({ key: `${'d'.repeat(32)}/f.png`, contentType: 'image/png', checksumBase64: 'q83vEjRWeJA=', byteSize: 3 })
-    expect(decodeJwt(new URL(signed.url).searchParams.get('token')!)).toMatchObject({ upsert: false, scope: 'upload' })
+    const asked = (await ask(hana, png(2, 2), 'image/png', 'f.png')).body
+    expect(decodeJwt(new URL(asked.url).searchParams.get('token')!)).toMatchObject({ upsert: false, scope: 'upload' })
 
     const location = async (key: string) => (await fetch(`${world.baseUrl}/files/${key}`, { redirect: 'manual' })).headers.get('location')!
     const attached = async (file: Buffer, type: string, name: string) => {

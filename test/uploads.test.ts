@@ -4,6 +4,7 @@
 // what Storage records is bound to its upload by app.tg_storage_objects__bind_upload.
 import { createHash } from 'node:crypto'
 import { existsSync } from 'node:fs'
+import { mkdir, rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import jpeg from 'jpeg-js'
 import { PNG } from 'pngjs'
@@ -250,6 +251,9 @@ describe('the PUT rejects and keeps nothing', () => {
       .rejects.toMatchObject({ code: '42501' })
     // What account deletion does (owner cleared) is no replacement.
     await world.sql`update storage.objects set owner = null where bucket_id = 'uploads' and name = ${kept.key}`
+    // Only the Storage API deletes objects (as on Supabase: storage.protect_delete), even a DELETE of no row;
+    // the storage worker deletes through it and forgets only its own outbox (app.forget_file_deletions).
+    await expect(world.sql`delete from storage.objects where bucket_id = 'uploads' and name = 'nothing'`).rejects.toMatchObject({ code: '42501' })
   })
 })
 
@@ -289,6 +293,40 @@ describe('attaching rejects with 422', () => {
     // A failed attach creates nothing: the todo of a rejected request does not exist.
     const [count] = await world.sql`select count(*)::int as n from app.todos where body = 'x'`
     expect(count!.n).toBe(1)
+  })
+})
+
+describe('a PUT that fails after Storage recorded it', () => {
+  it('a file that cannot be moved into place rolls back its record: the URL stays usable', async () => {
+    const file = png(6, 6)
+    const asked = (await requestUpload(alice, file, 'image/png', 'blocked.png')).body
+    // Something in the way at the file's place (a folder): the move fails after the row was written.
+    const target = join(world.storageDir, 'uploads', ...asked.key.split('/'))
+    await mkdir(join(target, 'in-the-way'), { recursive: true })
+    const failed = await put(asked.url, asked.headers, file)
+    expect(failed.status).toBe(400)
+    const [row] = await world.sql`select stored_at from app.uploads where key = ${asked.key}`
+    expect(row!.stored_at).toBeNull()
+    const [objects] = await world.sql`select count(*)::int as n from storage.objects where name = ${asked.key}`
+    expect(objects!.n).toBe(0)
+    await rm(target, { recursive: true })
+    expect((await put(asked.url, asked.headers, file)).status).toBe(200)
+  })
+})
+
+describe('a request reads only its member\'s own stored files', () => {
+  it('naming another member\'s signed id reads nothing of that file and changes nothing of that upload', async () => {
+    const bobs = await upload(bob, png(5, 4), 'image/png', 'bobs.png')
+    const before = await world.sql`select * from app.uploads where key = ${bobs.key}`
+    const refused = await world.post('/v1/todos', { auth: alice.api_key, json: { body: 'not mine', attachments: [bobs.signed_id] } })
+    expect(refused.status).toBe(422)
+    expect(refused.body.error).toMatch(/belongs to someone else/)
+    expect(await world.sql`select * from app.uploads where key = ${bobs.key}`).toEqual(before)
+    expect(before[0]).toMatchObject({ sniffed_type: null, measured_at: null })
+    // Bob's own request reads it, and attaches it.
+    const own = await world.post('/v1/todos', { auth: bob.api_key, json: { body: 'mine', attachments: [bobs.signed_id] } })
+    expect(own.status).toBe(201)
+    expect(own.body.attachments[0]).toMatchObject({ width: 5, height: 4 })
   })
 })
 

@@ -21,7 +21,7 @@ export interface AppDeps {
   websiteOrigins?: string[]
   /** Where a lapsed subscription is sent (401 upgrade_url). */
   upgradeUrl: string
-  /** Where uploads go: the local storage server, or Supabase Storage. */
+  /** Where uploads go: Supabase Storage (the hosted service, or local/storage-api.ts locally). */
   storage: FileStorage
   /** Bearer secret of POST /internal/maintenance (pg_cron calls it on Supabase); unset: the route is off. */
   workerSecret?: string

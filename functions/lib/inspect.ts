@@ -20,7 +20,11 @@ export interface UploadToInspect {
  * Reads a stored file's start and records what it is (app.record_upload_inspection, once: a
  * second reader records nothing). False when storage has no such file (deleted meanwhile).
  */
-export async function inspectStored(sql: Sql, storage: FileStorage, upload: UploadToInspect): Promise<boolean> {
+export async function inspectStored(
+  sql: Sql, storage: FileStorage, upload: UploadToInspect,
+  /** How the record's statement runs (a request runs it in its member's turn); default at once. */
+  inTurn: <T>(record: () => Promise<T>) => Promise<T> = (record) => record(),
+): Promise<boolean> {
   const head = await storage.readStart(upload.key, INSPECT_HEAD_BYTES)
   if (!head) return false
   const sniffed = await storedType(upload.content_type, head, upload.filename)
@@ -36,6 +40,6 @@ export async function inspectStored(sql: Sql, storage: FileStorage, upload: Uplo
       // Not readable as an image: recorded as read, dimensions unknown.
     }
   }
-  await sql`select app.record_upload_inspection(${upload.key}, ${sniffed}, ${width}, ${height})`
+  await inTurn(() => sql`select app.record_upload_inspection(${upload.key}, ${sniffed}, ${width}, ${height})`)
   return true
 }

@@ -1,5 +1,5 @@
 // What a stored file really is, from its first bytes, and how a file of a type may be served.
-// Runtime-neutral (the local storage server and the storage worker both use it).
+// Runtime-neutral (the attaching request and the storage worker both use it: functions/lib/inspect.ts).
 import { fileTypeFromBuffer, supportedMimeTypes } from 'file-type/core'
 import mimeTypes from 'mime-types'
 

@@ -55,7 +55,7 @@ export function exportKey(): string {
 
 const encoder = new TextEncoder()
 const UPLOAD_AUDIENCE = 'upload'
-/** How long a signed PUT URL and a signed_id stay valid; unattached uploads are removed after the same time. */
+/** How long a signed_id stays valid; unattached uploads are removed after the same time (the PUT URL is Storage's, 2 hours). */
 export const UPLOAD_LIFETIME_SECONDS = 24 * 60 * 60
 
 /** A key for upload signatures derived from the JWT secret, so one secret serves both purposes apart. */

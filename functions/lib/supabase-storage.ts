@@ -22,6 +22,8 @@ export interface SupabaseStorageOptions {
    * supabaseUrl. `npm start` calls its own Storage API in-process and hands out PUBLIC_URL's.
    */
   publicUrl?: string | (() => string)
+  /** How long one call to Storage may take (an export's upload excepted, which streams); default 30 s. */
+  timeoutMs?: number
 }
 
 const objectPath = (key: string) => `${UPLOADS_BUCKET}/${key.split('/').map(encodeURIComponent).join('/')}`
@@ -47,7 +49,10 @@ export function supabaseStorage(options: SupabaseStorageOptions): FileStorage {
     const url = typeof options.publicUrl === 'function' ? options.publicUrl() : options.publicUrl
     return url ? url.replace(/\/+$/, '') + '/storage/v1' : base
   }
-  const request = options.fetch ?? fetch
+  const send = options.fetch ?? fetch
+  const timeoutMs = options.timeoutMs ?? 30_000
+  // Every call bounded: a Storage that hangs fails the request or the worker's pass, never holds it.
+  const request = (url: string, init: RequestInit = {}) => send(url, { signal: AbortSignal.timeout(timeoutMs), ...init })
   const headers = { authorization: `Bearer ${options.serviceRoleKey}`, apikey: options.serviceRoleKey, 'content-type': 'application/json' }
 
   return {
@@ -78,7 +83,7 @@ export function supabaseStorage(options: SupabaseStorageOptions): FileStorage {
       // Streamed as the worker pages through the data (a request body stream: `duplex: 'half'`,
       // which Node's and Deno's fetch both take), so the archive is never held whole.
       const counted = counting(body)
-      const response = await request(`${base}/object/${exportPath(key)}`, {
+      const response = await send(`${base}/object/${exportPath(key)}`, {
         method: 'POST',
         headers: { authorization: headers.authorization, apikey: headers.apikey, 'content-type': 'application/json', 'cache-control': 'no-store' },
         body: counted.stream,

@@ -5,7 +5,9 @@
 // what was declared: Storage records only what the PUT said.
 import type { AppContext } from '../lib/context.ts'
 import { ApiError } from '../lib/errors.ts'
-import { inspectStored } from '../lib/inspect.ts'
+import { type UploadToInspect, inspectStored } from '../lib/inspect.ts'
+import { accessOf } from '../lib/access.ts'
+import { callApiAs } from '../lib/db.ts'
 import { inTurn } from '../lib/respond.ts'
 import { uploadSigningKey, verifyUploadId } from '../lib/storage.ts'
 
@@ -37,18 +39,29 @@ export async function uploadIds(c: AppContext, signedIds: string[] | undefined, 
   return ids
 }
 
-/** Reads the stored files of these uploads that nobody read yet (once each), before SQL attaches them. */
+/**
+ * Reads the stored files of these uploads that nobody read yet (once each), before SQL attaches
+ * them. Which ones comes from api.uploads_to_inspect, run as the requesting member: only the
+ * member's own uploads are read and recorded, never another member's whose signed id was named.
+ */
 async function inspectUploads(c: AppContext, ids: string[]): Promise<void> {
-  const { sql, storage } = c.var.deps
-  await inTurn(c, async () => {
-    const pending = await sql<{ key: string; filename: string | null; content_type: string }[]>`
-      select key, filename, content_type from app.uploads_to_inspect(${ids}::uuid[])`
-    try {
-      await Promise.all(pending.map((upload) => inspectStored(sql, storage, upload)))
-    } catch (err) {
-      // Storage did not answer (or refused the service role): nothing was attached; safe to repeat.
-      console.error('reading stored files failed:', (err as Error).message)
-      throw new ApiError(503, 'The stored files could not be read just now; try again shortly.', {}, { 'Retry-After': '5' })
-    }
-  })
+  const credential = c.var.credential
+  if (!credential) return // the request's own call refuses it
+  const { sql, storage, publicUrl, webUrl } = c.var.deps
+  // The list in the member's turn (the credential is decided there: nothing is read for a refused
+  // one); the reads from Storage outside any turn (each bounded by the adapter's timeout), so a
+  // slow Storage holds no database slot; each record in a short turn of its own.
+  const { body } = await inTurn(c, () =>
+    // No Idempotency-Key here: the request's stored answer is its own call's.
+    callApiAs(sql, { credential, access: accessOf(c), publicUrl, webUrl }, 'api.uploads_to_inspect', [ids]))
+  const pending = JSON.parse(body ?? '[]') as UploadToInspect[]
+  if (pending.length === 0) return
+  try {
+    await Promise.all(pending.map((upload) => inspectStored(sql, storage, upload, (record) => inTurn(c, record))))
+  } catch (err) {
+    if (err instanceof ApiError) throw err
+    // Storage did not answer in time (or refused the service role): nothing was attached; safe to repeat.
+    console.error('reading stored files failed:', (err as Error).message)
+    throw new ApiError(503, 'The stored files could not be read just now; try again shortly.', {}, { 'Retry-After': '5' })
+  }
 }

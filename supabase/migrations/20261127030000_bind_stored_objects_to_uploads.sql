@@ -19,6 +19,16 @@
 -- Existing rows: stored_at from storage.objects; attached uploads passed the old checks, so their
 -- sniffed_type is what they were attached as. Unattached stored uploads are read when attached (or
 -- by the worker's next pass). Written from supabase/schemas/60_uploads.sql (test/schema.test.ts).
+--
+-- Cost when pushed: one transaction. Its first ALTER TABLE takes app.uploads' ACCESS EXCLUSIVE lock
+-- until the commit, and the backfill updates every stored upload once (its stored card is computed
+-- again), so reading and writing uploads (pages with attachments, POST /v1/uploads, attaching)
+-- waits for the whole migration; the time grows with the number of uploads and was not measured
+-- here. Push it in a quiet hour; `select count(*) from app.uploads` first. Then deploy the
+-- function at once: until then the old function's attaches of files nobody read are refused (422
+-- "could not be read from storage yet": it does not read them) and its maintenance pass fails
+-- (app.unmeasured_images is gone). Deployed first, the new function fails to attach (no
+-- app.uploads_to_inspect) until the push.
 
 alter table app.uploads add column stored_at timestamptz;
 alter table app.uploads add column sniffed_type text;

@@ -210,11 +210,10 @@ volatile
 security definer
 set search_path = ''
 as $$
-  delete from storage.objects o where o.bucket_id = 'uploads' and o.name = any (keys);
   delete from app.file_deletions d where d.key = any (keys);
 $$;
 comment on function app.forget_file_deletions(text[]) is
-  'Marks files as deleted from storage: their storage.objects rows and outbox entries go.';
+  'Marks files as deleted from storage: their outbox entries go. Their storage.objects rows went with the files (the Storage API''s DELETE removes both); deleting from storage.objects here is refused on Supabase (storage.protect_delete: only the Storage API may).';
 grant execute on function app.forget_file_deletions(text[]) to service_role;
 
 create function app.remove_stale_uploads(older_than interval)
@@ -251,20 +250,6 @@ $$;
 comment on function app.uninspected_uploads(integer) is
   'Stored files whose bytes nobody read yet (no attach tried them), oldest first, with their names and declared types, for the storage worker: it finds what they are (functions/lib/inspect.ts) and measures images.';
 grant execute on function app.uninspected_uploads(integer) to service_role;
-
-create function app.uploads_to_inspect(upload_ids uuid[])
-returns table(key text, filename text, content_type text)
-language sql
-stable
-security definer
-set search_path = ''
-as $$
-  select u.key, u.filename, u.content_type from app.uploads u
-  where u.id = any (upload_ids) and u.sniffed_type is null and u.stored_at is not null
-$$;
-comment on function app.uploads_to_inspect(uuid[]) is
-  'Of the uploads a request is about to attach (ids from signed_ids the HTTP layer verified, so only ids we issued), those stored and whose bytes nobody read yet: the HTTP layer reads their start from storage and records what they are (app.record_upload_inspection) before attaching. Whose they are is checked by app.attach_uploads; reading a file records only the truth about it. Called by the API''s own connection, not as a member.';
-grant execute on function app.uploads_to_inspect(uuid[]) to service_role;
 
 create function app.record_upload_inspection(object_key text, sniffed text, image_width integer, image_height integer)
 returns void
@@ -351,7 +336,8 @@ begin
     -- A stored file is never replaced, renamed or moved into another name: an upsert of a spent
     -- signed URL (two PUTs that both passed Storage's check before either was recorded) lands here.
     if new.bucket_id is distinct from old.bucket_id or new.name is distinct from old.name
-       or new.metadata is distinct from old.metadata then
+       or new.metadata is distinct from old.metadata
+       or to_jsonb(new) -> 'version' is distinct from to_jsonb(old) -> 'version' then
       raise exception 'This upload URL has been used: the file is stored and is never replaced. Ask POST /v1/uploads for a new URL to upload another file.'
         using errcode = '42501';
     end if;
@@ -390,7 +376,7 @@ begin
 end;
 $$;
 comment on function app.tg_storage_objects__bind_upload() is
-  'Binds a stored object of the uploads bucket to its upload row in the transaction in which Storage records it (Uploader.completeUpload of supabase/storage, and the local Storage API): refused (42501, which Storage answers as 403 AccessDenied with this message, HTTP 400) unless the upload exists, was never stored, and the object has the declared size, type and (single-part eTag) MD5; then sets app.uploads.stored_at. A stored object is never replaced (an upsert, two racing PUTs of one URL) nor renamed. So a signed URL stores one file of the declared size, once, and the quota counted from the declared sizes holds. Security definer: Storage writes as its own role, which may not touch app.uploads.';
+  'Binds a stored object of the uploads bucket to its upload row in the transaction in which Storage records it (Uploader.completeUpload of supabase/storage, and the local Storage API): refused (42501, which Storage answers as 403 AccessDenied with this message, HTTP 400) unless the upload exists, was never stored, and the object has the declared size, type and (single-part eTag) MD5; then sets app.uploads.stored_at. A stored object is never replaced (an upsert, two racing PUTs of one URL, another version) nor renamed. So a signed URL stores one file of the declared size, once, and the quota counted from the declared sizes holds. Security definer: Storage writes as its own role, which may not touch app.uploads.';
 create trigger app_bind_upload before insert on storage.objects
   for each row when (new.bucket_id = 'uploads') execute function app.tg_storage_objects__bind_upload();
 create trigger app_keep_upload before update on storage.objects
@@ -432,6 +418,21 @@ $$;
 comment on function api.upload_create(text, bigint, text, text) is
   'POST /v1/uploads: rate-limited (upload_create, 429), within the member''s storage quota (422, app.reserve_upload_bytes); records the upload the member is about to PUT and picks its storage key (the file name cleaned to [A-Za-z0-9._-], never only dots). The HTTP layer adds the signed PUT URL, its headers and the signed_id (it holds the signing secret).';
 grant execute on function api.upload_create(text, bigint, text, text) to authenticated;
+
+create function api.uploads_to_inspect(upload_ids jsonb)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select coalesce(jsonb_agg(jsonb_build_object('key', u.key, 'filename', u.filename, 'content_type', u.content_type)), '[]'::jsonb)
+  from app.uploads u
+  where u.id = any (array(select (value #>> '{}')::uuid from jsonb_array_elements(coalesce(upload_ids, '[]'::jsonb))))
+    and u.user_id = (select auth.uid()) and u.sniffed_type is null and u.stored_at is not null
+$$;
+comment on function api.uploads_to_inspect(jsonb) is
+  'Of the uploads a request is about to attach (ids from signed_ids the HTTP layer verified), the requesting member''s own that are stored and whose bytes nobody read yet: the HTTP layer reads their start from storage and records what they are (app.record_upload_inspection) before the request''s own call attaches them. Runs as the member (RLS and auth.uid()), so a request never reads or records anything of another member''s upload, whatever signed id it names.';
+grant execute on function api.uploads_to_inspect(jsonb) to authenticated;
 
 -- ============================================================================
 -- Execute only where granted above
