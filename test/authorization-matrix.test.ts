@@ -223,13 +223,7 @@ const PATS_ROWS: Record<string, string> = {
   notifications: 'select x.* from app.notifications x where x.user_id = pat',
   notification_preferences: 'select x.* from app.notification_preferences x where x.user_id = pat',
   mutes: 'select x.* from app.mutes x where x.user_id = pat',
-  // Less what reading the stored file records (its sniffed type, image size, when: and so the
-  // row's updated_at and card): an attaching request reads a named upload's file before SQL
-  // checks whose it is (functions/uploads/signed-ids.ts, inspectUploads), so another member's
-  // refused attempt fills these in. They say what the file's own bytes are, nothing of pat's
-  // choosing; the attempt is refused and leaks nothing (checked above).
-  uploads: `select to_jsonb(x) - array['sniffed_type', 'detected_type', 'width', 'height', 'measured_at', 'updated_at', 'card'] as row
-            from app.uploads x where x.user_id = pat`,
+  uploads: 'select x.* from app.uploads x where x.user_id = pat',
 }
 
 /** What pat's resources look like in the database: must be the same after every attack. */
