@@ -9,8 +9,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type postgres from 'postgres'
 import { createSql } from '../functions/lib/sql.ts'
-import { CallerGone, FairQueue, ReadLimiter } from '../functions/lib/admission.ts'
-import { callApi } from '../functions/lib/db.ts'
+import { Admission, CallerGone, FairQueue, ReadLimiter, type ReadReport, type ReadTotals, admissionLimitsFor } from '../functions/lib/admission.ts'
+import { type Credential, callApi } from '../functions/lib/db.ts'
 import { sha256Hex } from '../functions/lib/tokens.ts'
 import { type CreatedUser, type HttpResult, type TestWorld, startWorld } from './support/app.ts'
 
@@ -625,6 +625,38 @@ describe('the read limiter (functions/lib/admission.ts)', () => {
     // No `read` rule in the database: reads are not limited.
     reads.learn({ rule: null, totals: {} }, report.bucket)
     for (let i = 0; i < 100; i++) expect(reads.take('member')).toBeNull()
+  })
+})
+
+describe('the reports of reads (Admission.reconcile)', () => {
+  it('reads counted while a report is in flight are sent when it ends, with no further request', async () => {
+    const member = '0b5a1f3c-7f5e-4a8e-9c1d-2e3f4a5b6c7d'
+    const admission = new Admission(admissionLimitsFor(8), { reconcileEveryMs: 0 })
+    const sent: ReadReport[] = []
+    const answers: ((totals: ReadTotals) => void)[] = []
+    const send = (report: ReadReport) => {
+      sent.push(report)
+      return new Promise<ReadTotals>((resolve) => answers.push(resolve))
+    }
+    const credential: Credential = { kind: 'api_key', key_hash: 'k' }
+    const read = () => admission.run(credential, async () => 'ok', { read: true })
+    admission.learn(credential, member)
+    await read()
+    admission.reconcile(send)
+    expect(sent.map((r) => r.reads)).toEqual([{ [member]: 1 }])
+    // Two more reads while the first report is in flight: their own reconcile calls do nothing.
+    await read()
+    await read()
+    admission.reconcile(send)
+    expect(sent).toHaveLength(1)
+    answers[0]!({ rule: null, totals: { [member]: { current: 1, previous: 0 } } })
+    await until('the follow-up report', async () => sent.length, (n) => n === 2)
+    expect(sent[1]!.reads).toEqual({ [member]: 2 })
+    answers[1]!({ rule: null, totals: { [member]: { current: 3, previous: 0 } } })
+    // The database's total is learned, and nothing is left to send (so no follow-up is due).
+    await until('the total learned', async () => admission.reads.estimate(member), (n) => n === 3)
+    expect(admission.reads.hasUnsent()).toBe(false)
+    expect(sent).toHaveLength(2)
   })
 })
 

@@ -357,6 +357,12 @@ export class ReadLimiter {
     return any ? { bucket, reads } : null
   }
 
+  /** Whether a member's reads wait to be sent (a report was in flight when they were counted). */
+  hasUnsent(isMember: (name: string) => boolean = isMemberId): boolean {
+    for (const [member, count] of this.counts) if (count.unsent > 0 && isMember(member)) return true
+    return false
+  }
+
   /** Takes the database's totals (every server's reads) for the members it answered about. */
   learn(totals: ReadTotals, sentBucket: number): void {
     this.rule = totals.rule ?? UNLIMITED_READS
@@ -468,6 +474,7 @@ export class Admission {
   private readonly members = new Map<string, string>()
   private reconciledAt = Number.NEGATIVE_INFINITY
   private reconciling = false
+  private followUp: ReturnType<typeof setTimeout> | null = null
   private readonly now: () => number
   private readonly reconcileEveryMs: number
 
@@ -481,11 +488,18 @@ export class Admission {
   /**
    * Sends the reads counted here to the database and takes every server's totals back, at most
    * once every RECONCILE_EVERY_MS (a second) and never two at once; returns at once (the request that
-   * triggers it does not wait). No timer: a server without requests has nothing to send.
+   * triggers it does not wait). Reads counted while a report was in flight, or within the second
+   * after one, are sent by a follow-up when it ends: without it, a burst's last reads stayed on
+   * this server until its next request, and the other servers let the member past the shared limit.
    */
   reconcile(send: (report: ReadReport) => Promise<ReadTotals>): void {
     const now = this.now()
-    if (this.reconciling || now - this.reconciledAt < this.reconcileEveryMs) return
+    if (this.reconciling) return
+    const wait = this.reconciledAt + this.reconcileEveryMs - now
+    if (wait > 0) {
+      if (this.reads.hasUnsent()) this.followUpIn(wait, send)
+      return
+    }
     const report = this.reads.report()
     if (!report) return
     this.reconciling = true
@@ -495,7 +509,19 @@ export class Admission {
       () => this.reads.unsend(report),
     ).finally(() => {
       this.reconciling = false
+      if (this.reads.hasUnsent()) this.followUpIn(Math.max(0, this.reconciledAt + this.reconcileEveryMs - this.now()), send)
     })
+  }
+
+  /** One pending follow-up report at most; it does not keep a process alive on its own. */
+  private followUpIn(ms: number, send: (report: ReadReport) => Promise<ReadTotals>): void {
+    if (this.followUp !== null) return
+    const timer = setTimeout(() => {
+      this.followUp = null
+      this.reconcile(send)
+    }, ms)
+    ;(timer as { unref?: () => void }).unref?.()
+    this.followUp = timer
   }
 
   /** Runs `call` (a SQL call of a request with `credential`) in its line's turn; a read is counted first. */
