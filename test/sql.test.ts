@@ -38,7 +38,8 @@ describe('conventions, from the catalog', () => {
 
   it('inlined expressions are SQL, run as the caller, read no table and are substituted into the calling statement', async () => {
     const inlined = await world.sql`
-      select p.oid::regprocedure::text as fn, l.lanname, p.prosecdef, p.proconfig, p.prosrc, p.proretset
+      select p.oid::regprocedure::text as fn, l.lanname, p.prosecdef, p.proconfig, p.prosrc, p.proretset,
+             obj_description(p.oid, 'pg_proc') like 'Inlined view %' as view
       from pg_proc p join pg_namespace n on n.oid = p.pronamespace join pg_language l on l.oid = p.prolang
       where n.nspname in ('app', 'api') and obj_description(p.oid, 'pg_proc') like 'Inlined %'`
     expect(inlined.map((r) => r.fn).sort()).toEqual([
@@ -71,6 +72,8 @@ describe('conventions, from the catalog', () => {
       'app.picture_urls_text(text,text,text)',
       'app.project_mention_text(text)',
       'app.project_text(app.projects,text,text,boolean,boolean,bigint)',
+      'app.project_todos_seen_by(uuid)',
+      'app.projects_seen_by(uuid)',
       'app.public_url()',
       'app.reaction_text(app.reactions,text)',
       'app.request_credential()',
@@ -81,11 +84,13 @@ describe('conventions, from the catalog', () => {
       'app.user_json_body(app.users,date,uuid,text,boolean,boolean,boolean)',
       'app.user_mention_text(text)',
       'app.user_text(app.users,date,uuid,boolean,boolean,boolean)',
+      'app.users_seen_by(uuid)',
       'app.web_url()',
     ])
+    // An inlined view (issue 27) reads tables: a set of rows for the calling statement to filter.
     for (const f of inlined) {
-      expect({ fn: f.fn, language: f.lanname, definer: f.prosecdef, config: f.proconfig, readsTables: /\bfrom\b/i.test(f.prosrc) })
-        .toEqual({ fn: f.fn, language: 'sql', definer: false, config: null, readsTables: false })
+      expect({ fn: f.fn, language: f.lanname, definer: f.prosecdef, config: f.proconfig, readsTables: /\bfrom\b/i.test(f.prosrc), set: f.proretset })
+        .toEqual({ fn: f.fn, language: 'sql', definer: false, config: null, readsTables: f.view, set: f.view ? true : f.proretset })
     }
     // Substituted: a call's plan shows the body, not the function (a body more volatile than
     // the function, e.g. jsonb_build_object in an immutable one, would silently stop that).

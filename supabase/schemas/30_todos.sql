@@ -495,6 +495,28 @@ comment on function app.visible_todos_between(timestamp with time zone, timestam
   'How many todos with lo <= created_at < hi the current viewer may see, muted members left out: the total_count of GET /v1/todos with since/until (visible_todos_total''s rule, within a range). Public ones from app.public_todos_between; the viewer''s own, protected followees'' and muted members'' counted per member. Security definer like visible_todos_total; acts only for auth.uid().';
 grant execute on function app.visible_todos_between(timestamp with time zone, timestamp with time zone) to authenticated;
 
+create function app.project_todos_seen_by(viewer_id uuid)
+returns table(project_id uuid, todos bigint)
+language sql
+stable
+as $$
+  -- The rule of GET /v1/projects/{id}/todos: a project that is not public shows its todos to
+  -- insiders only (api.project_todos), and each todo is visible by its author's privacy (the
+  -- todos policy: public, the viewer's own, a protected author the viewer follows).
+  select p.id,
+         case when p.privacy = 'public' or app.is_project_insider(p.id, p.privacy, viewer_id) then
+           coalesce((select sum(c.todos) from app.project_todo_counts c join app.users u on u.id = c.user_id
+                      where c.project_id = p.id
+                        and (u.privacy = 'public' or u.id = viewer_id
+                             or (u.privacy = 'protected' and exists (
+                                   select 1 from app.user_follows f where f.follower_id = viewer_id and f.followee_id = u.id)))), 0)::bigint
+         else 0::bigint end
+  from app.projects p
+  where app.can_see_project(p.id, p.privacy, viewer_id)
+$$;
+comment on function app.project_todos_seen_by(uuid) is
+  'Inlined view (no SET clause, not security definer, a single SELECT): how many todos of each project viewer_id may see (issue 28: the Project''s todos_count), for every project they may see (app.can_see_project): 0 for a project that is not public unless the viewer is an insider (app.is_project_insider), else the sum of app.project_todo_counts over the project''s authors the viewer may see, with the author''s privacy as it is now. Costs one row per author of a project (its makers), whatever the number of its todos. Meant to be filtered by project in the calling statement, into which the planner substitutes it; reads the counters only inside a security definer function (app.visible_project_todos, app.projects_seen_by''s callers), so no grant.';
+
 create function app.visible_project_todos(ids uuid[])
 returns table(project_id uuid, todos bigint)
 language plpgsql
@@ -505,27 +527,12 @@ set search_path = ''
 -- the statement again on every call (0.25 ms of each project list and project page, issue 27).
 set plan_cache_mode = force_generic_plan
 as $$
-declare
-  viewer_id uuid := auth.uid();
 begin
-  -- The rule of GET /v1/projects/{id}/todos: a project that is not public shows its todos to
-  -- insiders only (api.project_todos), and each todo is visible by its author's privacy (the
-  -- todos policy: public, the viewer's own, a protected author the viewer follows).
-  return query
-    select p.id,
-           case when p.privacy = 'public' or app.is_project_insider(p.id, p.privacy, viewer_id) then
-             coalesce((select sum(c.todos) from app.project_todo_counts c join app.users u on u.id = c.user_id
-                        where c.project_id = p.id
-                          and (u.privacy = 'public' or u.id = viewer_id
-                               or (u.privacy = 'protected' and exists (
-                                     select 1 from app.user_follows f where f.follower_id = viewer_id and f.followee_id = u.id)))), 0)::bigint
-           else 0::bigint end
-    from app.projects p
-    where p.id = any (ids) and app.can_see_project(p.id, p.privacy, viewer_id);
+  return query select c.project_id, c.todos from app.project_todos_seen_by(auth.uid()) c where c.project_id = any (ids);
 end;
 $$;
 comment on function app.visible_project_todos(uuid[]) is
-  'How many todos of each of these projects the current viewer may see (issue 28: the Project''s todos_count; the total_count of GET /v1/projects/{id}/todos unfiltered): 0 for a project that is not public unless the viewer is an insider (app.is_project_insider), else the sum of app.project_todo_counts over the project''s authors the viewer may see (the todos policy''s rule, with the author''s privacy as it is now). Costs one row per author of the project (its makers), whatever the number of its todos. One row per project the viewer may see (app.can_see_project): a private project''s existence is not told to others. Security definer to read the counters; acts only for auth.uid(), so no member learns what another may see. force_generic_plan: planned once per session, not on every call (0.39 -> 0.21 ms for one project, issue 27).';
+  'How many todos of each of these projects the current viewer may see (issue 28: the Project''s todos_count; the total_count of GET /v1/projects/{id}/todos unfiltered), by app.project_todos_seen_by. One row per project the viewer may see (app.can_see_project): a private project''s existence is not told to others. Security definer to read the counters; acts only for auth.uid(), so no member learns what another may see. force_generic_plan: planned once per session, not on every call (0.39 -> 0.21 ms for one project, issue 27).';
 grant execute on function app.visible_project_todos(uuid[]) to authenticated;
 
 create function app.recount_project_todos()

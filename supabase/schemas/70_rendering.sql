@@ -471,6 +471,22 @@ comment on function app.mentioned_user_json(app.users) is
   'The slim MentionedUser shape of one row (app.mentioned_user_json_body at this deployment''s public URL).';
 grant execute on function app.mentioned_user_json(app.users) to authenticated, service_role;
 
+create function app.users_seen_by(viewer_id uuid)
+returns table(id uuid, username text, body text)
+language sql
+stable
+as $$
+  select u.id, u.username, app.user_text(u, (now() at time zone u.time_zone)::date, viewer_id,
+                                         fo.follower_id is not null, fy.follower_id is not null, fr.requester_id is not null)
+  from app.users u
+  left join app.user_follows fo on fo.follower_id = viewer_id and fo.followee_id = u.id
+  left join app.user_follows fy on fy.follower_id = u.id and fy.followee_id = viewer_id
+  left join app.user_follow_requests fr on fr.requester_id = viewer_id and fr.followee_id = u.id
+$$;
+comment on function app.users_seen_by(uuid) is
+  'Inlined view (no SET clause, not security definer, a single SELECT): every user as viewer_id sees them (app.user_text: the card kept on write, streaks in the member''s zone today, the three follow flags from three joins), with the username to order by. Meant to be filtered by id in the calling statement, into which the planner substitutes it: a renderer joins the users it shows in its own statement instead of calling a function that returns a set (an executor start and a tuplestore per call: a third of a page of todos, issue 27). Reads under the runner''s policies (profiles and follows are visible to every member; follow requests to the requester), or as the security definer function that uses it.';
+grant execute on function app.users_seen_by(uuid) to authenticated, service_role;
+
 create function app.users_text(ids uuid[])
 returns table(id uuid, username text, body text)
 language plpgsql
@@ -478,29 +494,12 @@ stable
 set search_path = ''
 set plan_cache_mode = 'force_generic_plan'
 as $$
-declare
-  viewer_id uuid := auth.uid();
 begin
-  -- Profiles and follow relations are visible to every member, so this reads under the
-  -- caller's policies (both are `true`; the viewer's own follow requests are visible to them).
-  -- "Today" is computed once per time zone, not per user.
-  return query
-    with zones as materialized (
-      select z.time_zone, (now() at time zone z.time_zone)::date as local_today
-      from (select distinct u.time_zone from app.users u where u.id = any (ids)) z
-    )
-    select u.id, u.username, app.user_text(u, z.local_today, viewer_id,
-                                           fo.follower_id is not null, fy.follower_id is not null, fr.requester_id is not null)
-    from app.users u
-    join zones z on z.time_zone = u.time_zone
-    left join app.user_follows fo on fo.follower_id = viewer_id and fo.followee_id = u.id
-    left join app.user_follows fy on fy.follower_id = u.id and fy.followee_id = viewer_id
-    left join app.user_follow_requests fr on fr.requester_id = viewer_id and fr.followee_id = u.id
-    where u.id = any (ids);
+  return query select pe.id, pe.username, pe.body from app.users_seen_by(auth.uid()) pe where pe.id = any (ids);
 end;
 $$;
 comment on function app.users_text(uuid[]) is
-  'The users with these ids as the API renders them for the current viewer, as JSON text with URL markers (app.user_text), one row each with the username to order by (unordered; unknown ids are skipped): one statement for the whole set, the three follow flags from three joins instead of three subqueries per user.';
+  'The users with these ids as the API renders them for the current viewer, as JSON text with URL markers (app.users_seen_by), one row each with the username to order by (unordered; unknown ids are skipped): one statement for the whole set. For callers that have the ids in hand; a renderer with its own statement joins app.users_seen_by there.';
 grant execute on function app.users_text(uuid[]) to authenticated, service_role;
 
 create function app.users_json(ids uuid[])
@@ -536,6 +535,27 @@ comment on function app.project_text(app.projects, text, text, boolean, boolean,
   'Inlined (no SET clause, no table access). The Project shape as JSON text with URL markers: the card kept on write (app.projects.card), its rendered owner and makers (users as the viewer sees them; makers comma-separated), how many of its todos the viewer may see (app.visible_project_todos), whether the viewer follows it (approved) and whether their request to follow it is pending.';
 grant execute on function app.project_text(app.projects, text, text, boolean, boolean, bigint) to authenticated, service_role;
 
+create function app.projects_seen_by(viewer_id uuid)
+returns table(id uuid, body text)
+language sql
+stable
+as $$
+  -- Visible: exactly the projects policy (app.can_see_project). Makers list the owner first,
+  -- then in the order they joined.
+  select p.id, app.project_text(p,
+    (select o.body from app.users_seen_by(viewer_id) o where o.id = p.owner_id),
+    (select string_agg(mu.body, ',' order by m.user_id = p.owner_id desc, m.created_at, lower(mu.username))
+       from app.project_makers m join app.users_seen_by(viewer_id) mu on mu.id = m.user_id
+       where m.project_id = p.id and m.accepted),
+    exists (select 1 from app.project_follows f where f.project_id = p.id and f.user_id = viewer_id),
+    exists (select 1 from app.project_follow_requests r where r.user_id = viewer_id and r.project_id = p.id),
+    (select c.todos from app.project_todos_seen_by(viewer_id) c where c.project_id = p.id))
+  from app.projects p
+  where app.can_see_project(p.id, p.privacy, viewer_id)
+$$;
+comment on function app.projects_seen_by(uuid) is
+  'Inlined view (no SET clause, not security definer, a single SELECT): every project viewer_id may see, as the API renders it (app.project_text: its card, owner and makers as the viewer sees them, the viewer''s follow and pending request, the todos the viewer may see from counters, app.project_todos_seen_by). Meant to be filtered by id in the calling statement, into which the planner substitutes it (issue 27: no executor start and tuplestore per call). Reads makers, follows and requests without their policies only inside a security definer function (app.projects_text, app.todos_text), so no grant: members reach it through those, which pass auth.uid().';
+
 create function app.projects_text(ids uuid[])
 returns table(id uuid, body text)
 language plpgsql
@@ -544,37 +564,12 @@ security definer
 set search_path = ''
 set plan_cache_mode = 'force_generic_plan'
 as $$
-declare
-  viewer_id uuid := auth.uid();
 begin
-  return query
-    with listed as materialized (
-      -- Visible: exactly the projects policy (app.can_see_project), checked once per project.
-      select p.id, p.owner_id from app.projects p
-      where p.id = any (ids) and app.can_see_project(p.id, p.privacy, viewer_id)
-    ), makers as materialized (
-      -- Makers and follows are visible with their (visible) project.
-      select m.project_id, m.user_id, m.created_at from app.project_makers m
-      where m.project_id in (select l.id from listed l) and m.accepted
-    ), people as materialized (
-      select pe.id, pe.username, pe.body from app.users_text(array(
-        select l.owner_id from listed l union select m.user_id from makers m)) pe
-    ), counted as materialized (
-      select vt.project_id, vt.todos from app.visible_project_todos(array(select l.id from listed l)) vt
-    )
-    select p.id, app.project_text(p,
-      (select o.body from people o where o.id = p.owner_id),
-      (select string_agg(mu.body, ',' order by m.user_id = p.owner_id desc, m.created_at, lower(mu.username))
-         from makers m join people mu on mu.id = m.user_id where m.project_id = p.id),
-      exists (select 1 from app.project_follows f where f.project_id = p.id and f.user_id = viewer_id),
-      exists (select 1 from app.project_follow_requests r where r.user_id = viewer_id and r.project_id = p.id),
-      (select c.todos from counted c where c.project_id = p.id))
-    from app.projects p
-    where p.id in (select l.id from listed l);
+  return query select op.id, op.body from app.projects_seen_by(auth.uid()) op where op.id = any (ids);
 end;
 $$;
 comment on function app.projects_text(uuid[]) is
-  'The projects with these ids that the current viewer may see, as the API renders them (app.project_text: JSON text with URL markers), one row each (unordered; others are skipped). Makers list the owner first, then in the order they joined; following and follow_requested are the viewer''s approved follow and pending request; todos_count the project''s todos the viewer may see, from counters (app.visible_project_todos). Security definer so makers, follows and requests are read once for the set instead of through a policy per row; visibility is app.can_see_project, the function the projects policy calls, and it acts only for auth.uid().';
+  'The projects with these ids that the current viewer may see, as the API renders them (app.projects_seen_by: JSON text with URL markers), one row each (unordered; others are skipped). Security definer so makers, follows and requests are read once for the set instead of through a policy per row; visibility is app.can_see_project, the function the projects policy calls, and it acts only for auth.uid().';
 grant execute on function app.projects_text(uuid[]) to authenticated, service_role;
 
 create function app.projects_json(ids uuid[])
@@ -752,16 +747,16 @@ declare
   viewer_id uuid := auth.uid();
 begin
   return (
-    with visible_authors as materialized (
-      select a.user_id from (select distinct t.user_id from app.todos t where t.id = any (ids)) a
-      where app.can_see_member_content(a.user_id, viewer_id)
-    ), page as materialized (
+    with page as materialized (
       -- The columns the page shows, not the row: a todo's words (search) would be copied too.
+      -- Visible: the todos policy's rule, on the author's privacy kept on the todo.
       select t.id, t.user_id, t.project_id, t.created_at, t.updated_at, t.body, t.number,
              t.reactions_count, t.comments_count, o.n
       from unnest(ids) with ordinality o(id, n)
       join app.todos t on t.id = o.id
-      where t.user_id in (select va.user_id from visible_authors va)
+      where t.author_privacy = 'public' or t.user_id = viewer_id
+         or (t.author_privacy = 'protected' and exists (
+               select 1 from app.user_follows f where f.follower_id = viewer_id and f.followee_id = t.user_id))
     ), shown_reactions as materialized (
       select (l.r).todo_id, (l.r).user_id, (l.r).created_at, (l.r).id, l.r as reaction
       from page pt cross join lateral (
@@ -779,11 +774,11 @@ begin
         order by r.created_at desc, r.id desc limit 5) l(r)
       where expand_reactions
     ), people as materialized (
-      select pe.id, pe.body from app.users_text(array(
-        select pt.user_id from page pt union select r.user_id from shown_reactions r)) pe
+      select pe.id, pe.body from app.users_seen_by(viewer_id) pe
+      where pe.id in (select pt.user_id from page pt union all select r.user_id from shown_reactions r)
     ), owning as materialized (
-      select op.id, op.body from app.projects_text(array(
-        select distinct pt.project_id from page pt where pt.project_id is not null)) op
+      select op.id, op.body from app.projects_seen_by(viewer_id) op
+      where op.id in (select pt.project_id from page pt)
     ), attachments as materialized (
       select a.todo_id, string_agg(a.card, ',' order by a.attached_at, a.id) as body
       from app.uploads a where a.todo_id in (select pt.id from page pt) group by a.todo_id
@@ -837,7 +832,7 @@ begin
 end;
 $$;
 comment on function app.todos_text(uuid[], boolean) is
-  'The todos with these ids that the current viewer may see, as the API renders them, in the order of ids: a JSON array as text with URL markers (app.resolve_urls), null when none. Concatenated from the renderings kept on write (the creators'', reactors'', projects'' and mentions'' cards, the attachments'') and the todo''s own columns, with what depends on the viewer added here: the creator''s and reactors'' follow flags and streaks, the owning project''s makers and visible todos, which mentioned projects the viewer may see, the viewer''s reactions and comments and (expand_reactions) the newest 5 reactions the viewer may see; each read once for the whole set. A reaction is its reactor''s activity: shown to the todo''s owner, the reactor, and whoever may see the reactor''s content (app.can_see_comment''s rule: public everyone, protected followers, private nobody else); reactions_count still counts every reaction. Security definer so related rows are not filtered by a policy per row: visibility is app.can_see_member_content per distinct author (the function the todos policy calls), the reactor rule on each candidate reaction (a primary-key lookup of its reactor unless the viewer owns the todo or the reaction, no function call) and app.can_see_project for projects; mentions and attachments are visible with their todo, and the viewer''s own comments on a visible todo are visible to them (app.can_see_comment). Acts only for auth.uid().';
+  'The todos with these ids that the current viewer may see, as the API renders them, in the order of ids: a JSON array as text with URL markers (app.resolve_urls), null when none. Concatenated from the renderings kept on write (the creators'', reactors'', projects'' and mentions'' cards, the attachments'') and the todo''s own columns, with what depends on the viewer added here, in this one statement (creators, reactors and projects joined from app.users_seen_by and app.projects_seen_by, substituted into it: issue 27): the creator''s and reactors'' follow flags and streaks, the owning project''s makers and visible todos, which mentioned projects the viewer may see, the viewer''s reactions and comments and (expand_reactions) the newest 5 reactions the viewer may see; each read once for the whole set. A reaction is its reactor''s activity: shown to the todo''s owner, the reactor, and whoever may see the reactor''s content (app.can_see_comment''s rule: public everyone, protected followers, private nobody else); reactions_count still counts every reaction. Security definer so related rows are not filtered by a policy per row: visibility is the todos policy''s rule on each todo''s author_privacy (written out, not app.can_see_member_content per author: a function call each), the reactor rule on each candidate reaction (a primary-key lookup of its reactor unless the viewer owns the todo or the reaction, no function call) and app.can_see_project for projects; mentions and attachments are visible with their todo, and the viewer''s own comments on a visible todo are visible to them (app.can_see_comment). Acts only for auth.uid().';
 grant execute on function app.todos_text(uuid[], boolean) to authenticated, service_role;
 
 create function app.todos_json(ids uuid[], expand_reactions boolean)
