@@ -85,7 +85,7 @@ export async function respond(c: AppContext, fn: string, args: unknown[], option
   // A GET's ETag from the text in hand: conditionalGet() then answers If-None-Match without
   // reading the body back (which costs more than the hash on @hono/node-server).
   if (c.req.method === 'GET' && status === 200) {
-    return c.body(text, 200, { 'content-type': 'application/json; charset=UTF-8', etag: await weakTag(text) })
+    return c.body(text, 200, { 'content-type': 'application/json; charset=UTF-8', etag: weakTag(text) })
   }
   return c.body(text, status, { 'content-type': 'application/json; charset=UTF-8' })
 }
