@@ -898,7 +898,7 @@ as $$
     conditions, per_source, case when with_words then ', t.search' else '' end)
 $$;
 comment on function app.timeline_sources(text, integer, boolean) is
-  'The SQL of a timeline''s sources for app.todo_page: the viewer''s, each followed member''s and each followed project''s own newest todos meeting `conditions` (at most per_source each, by the (user_id | project_id, created_at) indexes), as (id, created_at) rows, to be merged newest first; with_words adds each todo''s search column, read from its row by the same index scan (a full-text filter applied outside the sources, whose LIMIT keeps the planner from answering it with the words'' GIN index once per source). Why a merge: walking everyone''s todos until enough are the followed ones'' costs what the members the viewer does not follow write (40x from 10k to 100k members, issue 26); this costs what the followed sources hold. A project''s source leaves out the todos of the viewer and of followed members (theirs are in their own sources), so the sources are disjoint: union all, which a count up to a cap can stop reading early. Parameters as todo_page binds them ($7 the viewer).';
+  'The SQL of a timeline''s sources for app.todo_page: the viewer''s, each followed member''s and each followed project''s own newest todos meeting `conditions` (at most per_source each, by the (user_id | project_id, created_at) indexes), as (id, created_at) rows, to be merged newest first; with_words adds each todo''s search column, read from its row by the same index scan (a full-text filter applied outside the sources, whose LIMIT keeps the planner from answering it with the words'' GIN index once per source). Why a merge: walking everyone''s todos until enough are the followed ones'' costs what the members the viewer does not follow write (40x from 10k to 100k members, issue 26); this costs what the followed sources hold. A project''s source leaves out the todos of the viewer and of followed members (theirs are in their own sources), so the sources are disjoint: union all, which a count up to a cap can stop reading early. Parameters as todo_page binds them ($7 the viewer). The timeline without filters, the most asked, is this merge written out as a static statement in app.todo_page (planned once per session): a change here is made there too.';
 grant execute on function app.timeline_sources(text, integer, boolean) to authenticated;
 
 create function app.todo_page(scope text, scope_id uuid, filters jsonb, page_limit integer, starting_after text, expand_reactions boolean, match_cap integer default null::integer)
@@ -1054,6 +1054,35 @@ begin
           (first_at - after_at) / read_count * 2 * (page_limit + 1 - cardinality(page)) * (read_count + 1) / (cardinality(page) + 1));
         window_start := case when span < after_at - timestamptz '1970-01-01 00:00:00+00' then after_at - span end;
       end loop;
+    elsif scope = 'timeline' and since_at is null and until_at is null then
+      -- The timeline without filters, the most asked: app.timeline_sources' merge written out
+      -- as a static statement, planned once per session (as EXECUTE it was planned on every
+      -- call: 0.4 ms of a 2.5 ms page, issue 27). The same sources, conditions and limits.
+      after_at := coalesce(anchor.created_at, 'infinity');
+      after_id := coalesce(anchor.id, 'ffffffff-ffff-ffff-ffff-ffffffffffff');
+      page := array(
+        select s.id from (
+          select t.id, t.created_at
+          from (select viewer_id as member_id union select f.followee_id from app.user_follows f where f.follower_id = viewer_id) m
+          cross join lateral (
+            select t.id, t.created_at from app.todos t
+            where t.user_id = m.member_id
+              and not exists (select 1 from app.mutes mu where mu.user_id = viewer_id and mu.muted_user_id = t.user_id)
+              and (t.created_at, t.id) < (after_at, after_id)
+            order by t.created_at desc, t.id desc limit page_limit + 1) t
+          union all
+          select t.id, t.created_at
+          from app.project_follows pf
+          cross join lateral (
+            select t.id, t.created_at from app.todos t
+            where t.project_id = pf.project_id
+              and not exists (select 1 from app.mutes mu where mu.user_id = viewer_id and mu.muted_user_id = t.user_id)
+              and (t.created_at, t.id) < (after_at, after_id)
+              and t.user_id <> viewer_id
+              and t.user_id not in (select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
+            order by t.created_at desc, t.id desc limit page_limit + 1) t
+          where pf.user_id = viewer_id) s
+        order by s.created_at desc, s.id desc limit page_limit + 1);
     elsif scope = 'timeline' then
       -- A merge of the sources' own newest todos (app.timeline_sources), never a walk over
       -- everyone's todos until enough are the followed ones'.
