@@ -23,7 +23,7 @@
 //   --connections N       concurrent connections (default 32)
 //   --pool N              database connections of each server and of the SQL run (default: as
 //                         `npm start`, twice the cores, 4 to 20)
-//   --only TEXT           endpoints whose name contains TEXT (repeatable)
+//   --only TEXT           endpoints whose name contains TEXT (repeatable); TEXT$ names one exactly
 //   --targets LIST        of api,sql,postgraphile,postgrest (default: all)
 //   --skip-scale          no small data set
 //   --skip-single         no single-threaded section
@@ -928,7 +928,9 @@ async function main(): Promise<number> {
       await writeResults(config, started, { load_average_at_start: load, dataset: large.name, admission: options.admission, fairness }, 'fairness')
       return fairness.met ? 0 : 1
     }
-    const endpoints = ENDPOINTS.filter((e) => options.only.length === 0 || options.only.some((o) => e.name.includes(o)))
+    // `--only 'GET /v1/todos$'`: that endpoint alone, not its filtered variants (whose names extend it).
+    const named = (name: string, o: string) => (o.endsWith('$') ? name === o.slice(0, -1) : name.includes(o))
+    const endpoints = ENDPOINTS.filter((e) => options.only.length === 0 || options.only.some((o) => named(e.name, o)))
     if (endpoints.length === 0) throw new Error(`--only matches none of: ${ENDPOINTS.map((e) => e.name).join('; ')}`)
 
     if (options.writeCost) {
