@@ -658,6 +658,40 @@ describe('the reports of reads (Admission.reconcile)', () => {
     expect(admission.reads.hasUnsent()).toBe(false)
     expect(sent).toHaveLength(2)
   })
+
+  it('a report that failed is not retried on its own: the next request sends it', async () => {
+    const member = '1c6b2a4d-8e6f-4b9f-8d2e-3f4a5b6c7d8e'
+    const admission = new Admission(admissionLimitsFor(8), { reconcileEveryMs: 0 })
+    const credential: Credential = { kind: 'api_key', key_hash: 'k2' }
+    admission.learn(credential, member)
+    const sent: ReadReport[] = []
+    let fail = true
+    const send = (report: ReadReport) => {
+      sent.push(report)
+      return fail ? Promise.reject(new Error('database away')) : Promise.resolve<ReadTotals>({ rule: null, totals: {} })
+    }
+    await admission.run(credential, async () => 'ok', { read: true })
+    admission.reconcile(send)
+    // Failed: the read is kept for the next report, and no timer sends it meanwhile (a queued
+    // follow-up with reconcileEveryMs 0 would have run by the time a 0 ms timer fires).
+    await until('the failure handled', async () => admission.reads.hasUnsent(), (unsent) => unsent)
+    await new Promise((resolve) => setTimeout(resolve, 0))
+    expect(sent).toHaveLength(1)
+    fail = false
+    await admission.run(credential, async () => 'ok', { read: true })
+    admission.reconcile(send)
+    expect(sent[1]!.reads).toEqual({ [member]: 2 })
+  })
+
+  it('asking whether reads wait costs nothing per line: made-up credentials never make it say yes', () => {
+    const reads = new ReadLimiter(() => 0)
+    for (let i = 0; i < 10_000; i++) reads.take(`key madeup${i}`)
+    expect(reads.hasUnsent()).toBe(false)
+    reads.take('2d7c3b5e-9f70-4ca0-9e3f-4a5b6c7d8e9f')
+    expect(reads.hasUnsent()).toBe(true)
+    expect(reads.report()).toEqual({ bucket: 0, reads: { '2d7c3b5e-9f70-4ca0-9e3f-4a5b6c7d8e9f': 1 } })
+    expect(reads.hasUnsent()).toBe(false)
+  })
 })
 
 describe('one request, one process', () => {

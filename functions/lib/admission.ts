@@ -327,6 +327,8 @@ export interface ReadTotals {
 export class ReadLimiter {
   private rule: ReadRule = DEFAULT_READ_RULE
   private readonly counts = new Map<string, ReadCount>()
+  /** Whether a member's reads may wait to be sent: kept as reads come, so asking costs nothing per request. */
+  private unsentMembers = false
 
   constructor(private readonly now: () => number = Date.now) {}
 
@@ -337,6 +339,7 @@ export class ReadLimiter {
     if (count.previous * (1 - elapsed) + count.current >= this.rule.max) return this.secondsUntilRoom(count, elapsed)
     count.current++
     count.unsent++
+    if (!this.unsentMembers && isMemberId(member)) this.unsentMembers = true
     return null
   }
 
@@ -354,13 +357,18 @@ export class ReadLimiter {
       }
       if (count.current === 0 && count.previous === 0 && count.unsent === 0) this.counts.delete(member)
     }
+    if (isMember === isMemberId) this.unsentMembers = false
     return any ? { bucket, reads } : null
   }
 
-  /** Whether a member's reads wait to be sent (a report was in flight when they were counted). */
-  hasUnsent(isMember: (name: string) => boolean = isMemberId): boolean {
-    for (const [member, count] of this.counts) if (count.unsent > 0 && isMember(member)) return true
-    return false
+  /**
+   * Whether a member's reads may wait to be sent (counted since the last report, or sent for
+   * nobody): a flag kept by take, merge and unsend, not a walk over every line, since it is asked
+   * on every request (strangers' lines, made-up keys among them, would make that walk as long as
+   * an attacker likes). It may say yes when the reads aged out since: the report then finds none.
+   */
+  hasUnsent(): boolean {
+    return this.unsentMembers
   }
 
   /** Takes the database's totals (every server's reads) for the members it answered about. */
@@ -380,7 +388,10 @@ export class ReadLimiter {
   unsend(report: ReadReport): void {
     for (const [member, reads] of Object.entries(report.reads)) {
       const count = this.counts.get(member)
-      if (count && count.bucket === report.bucket) count.unsent += reads
+      if (count && count.bucket === report.bucket) {
+        count.unsent += reads
+        this.unsentMembers = true
+      }
     }
   }
 
@@ -394,6 +405,7 @@ export class ReadLimiter {
     target.current += source.current
     target.previous += source.previous
     target.unsent += source.unsent
+    if (target.unsent > 0 && isMemberId(to)) this.unsentMembers = true
   }
 
   private countOf(member: string): ReadCount {
@@ -491,25 +503,32 @@ export class Admission {
    * triggers it does not wait). Reads counted while a report was in flight, or within the second
    * after one, are sent by a follow-up when it ends: without it, a burst's last reads stayed on
    * this server until its next request, and the other servers let the member past the shared limit.
+   * A report that failed is not followed up (the database is away: the next request tries again),
+   * so a server without requests never retries on its own. On Edge the follow-up is best effort:
+   * the isolate may be gone before it fires.
    */
   reconcile(send: (report: ReadReport) => Promise<ReadTotals>): void {
     const now = this.now()
     if (this.reconciling) return
     const wait = this.reconciledAt + this.reconcileEveryMs - now
     if (wait > 0) {
-      if (this.reads.hasUnsent()) this.followUpIn(wait, send)
+      if (this.followUp === null && this.reads.hasUnsent()) this.followUpIn(wait, send)
       return
     }
     const report = this.reads.report()
     if (!report) return
     this.reconciling = true
     this.reconciledAt = now
+    let sent = false
     send(report).then(
-      (totals) => this.reads.learn(totals, report.bucket),
+      (totals) => {
+        this.reads.learn(totals, report.bucket)
+        sent = true
+      },
       () => this.reads.unsend(report),
     ).finally(() => {
       this.reconciling = false
-      if (this.reads.hasUnsent()) this.followUpIn(Math.max(0, this.reconciledAt + this.reconcileEveryMs - this.now()), send)
+      if (sent && this.reads.hasUnsent()) this.followUpIn(Math.max(0, this.reconciledAt + this.reconcileEveryMs - this.now()), send)
     })
   }
 

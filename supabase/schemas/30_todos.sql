@@ -527,8 +527,11 @@ set search_path = ''
 -- the statement again on every call (0.25 ms of each project list and project page, issue 27).
 set plan_cache_mode = force_generic_plan
 as $$
+declare
+  -- Read once: auth.uid() in the call would be substituted into every row's expressions.
+  viewer_id uuid := auth.uid();
 begin
-  return query select c.project_id, c.todos from app.project_todos_seen_by(auth.uid()) c where c.project_id = any (ids);
+  return query select c.project_id, c.todos from app.project_todos_seen_by(viewer_id) c where c.project_id = any (ids);
 end;
 $$;
 comment on function app.visible_project_todos(uuid[]) is

@@ -494,8 +494,11 @@ stable
 set search_path = ''
 set plan_cache_mode = 'force_generic_plan'
 as $$
+declare
+  -- Read once: auth.uid() in the call would be substituted into every row's expressions.
+  viewer_id uuid := auth.uid();
 begin
-  return query select pe.id, pe.username, pe.body from app.users_seen_by(auth.uid()) pe where pe.id = any (ids);
+  return query select pe.id, pe.username, pe.body from app.users_seen_by(viewer_id) pe where pe.id = any (ids);
 end;
 $$;
 comment on function app.users_text(uuid[]) is
@@ -564,8 +567,11 @@ security definer
 set search_path = ''
 set plan_cache_mode = 'force_generic_plan'
 as $$
+declare
+  -- Read once: auth.uid() in the call would be substituted into every row's expressions.
+  viewer_id uuid := auth.uid();
 begin
-  return query select op.id, op.body from app.projects_seen_by(auth.uid()) op where op.id = any (ids);
+  return query select op.id, op.body from app.projects_seen_by(viewer_id) op where op.id = any (ids);
 end;
 $$;
 comment on function app.projects_text(uuid[]) is
@@ -1108,11 +1114,13 @@ begin
           select t.id from app.todos t
           where t.user_id = scope_id and (t.created_at, t.id) < (after_at, after_id)
           order by t.created_at desc, t.id desc limit page_limit + 1);
-      else
+      elsif scope = 'project' then
         page := array(
           select t.id from app.todos t
           where t.project_id = scope_id and (t.created_at, t.id) < (after_at, after_id)
           order by t.created_at desc, t.id desc limit page_limit + 1);
+      else
+        raise exception 'app.todo_page: unknown scope %', scope;
       end if;
     else
       execute format('select array(select t.id from app.todos t where %s order by t.created_at desc, t.id desc limit %s)',
