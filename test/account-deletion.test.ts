@@ -402,6 +402,9 @@ describe('approve-deletion under concurrent activity', () => {
     // (the comment counter), and later her member row (the mention's foreign key).
     let approval: Promise<unknown> | null = null
     await world.sql.begin(async (vicTx) => {
+      // Only the approval looks for the cycle: PostgreSQL aborts the waiter whose deadlock_timeout
+      // ran out first, and on a loaded machine that was once Vic's (stop 38's loaded run).
+      await vicTx`set local deadlock_timeout = '10min'`
       await vicTx`select 1 from app.todos where id = ${todoId} for no key update`
       // The approval locks her row, then waits for the todo; Vic then waits for her row: a cycle,
       // which PostgreSQL breaks (after deadlock_timeout) by aborting the approval, the first waiter.
