@@ -65,11 +65,19 @@ create table if not exists auth.users (
 -- Each function only where it is missing (issue 31): on Supabase, GoTrue's auth.uid(),
 -- auth.role(), auth.jwt() and Realtime's realtime.topic(), realtime.send() exist, and their
 -- bodies and grants are the platform's, never replaced (test/platform.test.ts).
+-- The auth stand-ins are GoTrue's definitions: SQL without a SET clause, which PostgreSQL
+-- substitutes into the calling statement. Until issue 27 they had `set search_path to ''`, which
+-- made every call plan its body again (a tenth of a notification's cost in the database); a
+-- stand-in of that earlier form (its exact SET clause and body) is replaced, nothing else is.
 do $guard$
+declare
+  earlier_stand_in constant text[] := array['search_path=""'];
 begin
-  if to_regprocedure('auth.uid()') is null then
-    create function auth.uid() returns uuid
-    language sql stable set search_path to '' as $fn$
+  if to_regprocedure('auth.uid()') is null
+     or exists (select from pg_proc p where p.oid = to_regprocedure('auth.uid()') and p.proconfig = earlier_stand_in
+                  and p.prosrc like '%request.jwt.claim.sub%') then
+    create or replace function auth.uid() returns uuid
+    language sql stable as $fn$
       select coalesce(
         nullif(current_setting('request.jwt.claim.sub', true), ''),
         (nullif(current_setting('request.jwt.claims', true), '')::jsonb ->> 'sub')
@@ -77,9 +85,11 @@ begin
     $fn$;
     grant execute on function auth.uid() to anon, authenticated, service_role;
   end if;
-  if to_regprocedure('auth.role()') is null then
-    create function auth.role() returns text
-    language sql stable set search_path to '' as $fn$
+  if to_regprocedure('auth.role()') is null
+     or exists (select from pg_proc p where p.oid = to_regprocedure('auth.role()') and p.proconfig = earlier_stand_in
+                  and p.prosrc like '%request.jwt.claim.role%') then
+    create or replace function auth.role() returns text
+    language sql stable as $fn$
       select coalesce(
         nullif(current_setting('request.jwt.claim.role', true), ''),
         (nullif(current_setting('request.jwt.claims', true), '')::jsonb ->> 'role')
@@ -87,9 +97,11 @@ begin
     $fn$;
     grant execute on function auth.role() to anon, authenticated, service_role;
   end if;
-  if to_regprocedure('auth.jwt()') is null then
-    create function auth.jwt() returns jsonb
-    language sql stable set search_path to '' as $fn$
+  if to_regprocedure('auth.jwt()') is null
+     or exists (select from pg_proc p where p.oid = to_regprocedure('auth.jwt()') and p.proconfig = earlier_stand_in
+                  and p.prosrc like '%request.jwt.claims%') then
+    create or replace function auth.jwt() returns jsonb
+    language sql stable as $fn$
       select coalesce(
         nullif(current_setting('request.jwt.claim', true), ''),
         nullif(current_setting('request.jwt.claims', true), '')

@@ -112,4 +112,32 @@ describe('sql/platform.sql', () => {
     await applyPlatformShim(sql)
     expect(await platformState(sql)).toEqual(first)
   })
+
+  it('the auth stand-ins are GoTrue\'s, inlined where they are called; an earlier stand-in with a SET clause is replaced', async () => {
+    const sql = await scratchDatabase()
+    // The form this file created before issue 27: every call planned its body again.
+    await sql.unsafe(`
+      create schema if not exists auth;
+      create function auth.uid() returns uuid language sql stable set search_path to '' as $$
+        select coalesce(nullif(current_setting('request.jwt.claim.sub', true), ''),
+                        (nullif(current_setting('request.jwt.claims', true), '')::jsonb ->> 'sub'))::uuid $$;
+      grant execute on function auth.uid() to authenticated;`)
+    await applyPlatformShim(sql)
+    const functions = await sql<{ name: string; config: string[] | null }[]>`
+      select p.oid::regprocedure::text as name, p.proconfig as config from pg_proc p
+      where p.pronamespace = 'auth'::regnamespace and p.proname in ('uid', 'role', 'jwt') order by 1`
+    expect(functions).toEqual([
+      { name: 'auth.jwt()', config: null }, { name: 'auth.role()', config: null }, { name: 'auth.uid()', config: null },
+    ])
+    // Substituted into the statement: the plan shows the body, not a call.
+    const plan = (await sql`explain verbose select auth.uid(), auth.role(), auth.jwt()`).map((r) => r['QUERY PLAN']).join('\n')
+    expect(plan).toContain('current_setting')
+    expect(plan).not.toMatch(/auth\.(uid|role|jwt)\(/)
+    // And it answers as before, its grant kept.
+    const [row] = await sql.begin(async (tx) => {
+      await tx`select set_config('request.jwt.claims', '{"sub":"00000000-0000-0000-0000-00000000000b","role":"authenticated"}', true)`
+      return tx`select auth.uid()::text as uid, auth.role() as role, has_function_privilege('authenticated', 'auth.uid()', 'execute') as granted`
+    })
+    expect(row).toEqual({ uid: '00000000-0000-0000-0000-00000000000b', role: 'authenticated', granted: true })
+  })
 })
