@@ -68,6 +68,10 @@ async function nativeBinaries(): Promise<string> {
   return dirname(initdb)
 }
 
+/** How often a start refused for its port is tried, and how long apart. */
+const PORT_ATTEMPTS = 5
+const PORT_RETRY_MS = 1_000
+
 /**
  * Starts the cluster in `dataDir` (initialising it on first use), or reuses one that is
  * already serving it, for example while `npm start` runs and an operator uses the CLI.
@@ -110,7 +114,21 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<R
   }
   try {
     if (!existsSync(resolve(databaseDir, 'PG_VERSION'))) await server.initialise()
-    await server.start()
+    // A fixed port (npm start's 54322) lies inside the kernel's ephemeral range: an outgoing
+    // connection may hold it for a moment, and PostgreSQL then refuses to start ("Address already
+    // in use" with nothing listening; the bench hit it twice in a row). It is tried again a few
+    // times; a port another server listens on stays taken, and the last refusal is reported.
+    for (let attempt = 1; ; attempt++) {
+      const seen = lines.length
+      try {
+        await server.start()
+        break
+      } catch (err) {
+        const portTaken = lines.slice(seen).some((line) => line.includes('Address already in use'))
+        if (!portTaken || attempt >= PORT_ATTEMPTS) throw err
+        await new Promise((resolve) => setTimeout(resolve, PORT_RETRY_MS))
+      }
+    }
   } catch (err) {
     throw new Error(`PostgreSQL did not start in ${databaseDir}:\n${lines.slice(-20).join('')}\n${String(err ?? '')}`)
   }
