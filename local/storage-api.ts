@@ -95,6 +95,8 @@ function databaseRefusal(err: unknown): Response {
     return storageError(403, 'AccessDenied', message, 'Unauthorized')
   }
   if (error.code === '23505') return storageError(409, 'ResourceAlreadyExists', 'The resource already exists', 'Duplicate')
+  // The operator's to see (the client gets only the code): a 500 here is a fault, not a refusal.
+  console.error(`storage: database error ${error.code ?? 'unknown'}: ${error.message ?? String(err)}`)
   return storageError(500, 'DatabaseError', `database error, code: ${error.code ?? 'unknown'}`, 'internal')
 }
 
