@@ -70,7 +70,7 @@ import { cpus, loadavg, totalmem } from 'node:os'
 import { resolve } from 'node:path'
 import { isDeepStrictEqual, parseArgs } from 'node:util'
 import postgres, { type Sql } from 'postgres'
-import { callApi, type Credential } from '../functions/lib/db.ts'
+import { callApi, type Credential, resolveUrlMarkers } from '../functions/lib/db.ts'
 import { createSql } from '../functions/lib/sql.ts'
 import { randomToken, sha256Hex } from '../functions/lib/tokens.ts'
 import { databasePoolSize, readConfig, type Config } from './config.ts'
@@ -507,6 +507,9 @@ async function verify(bench: Bench, endpoint: Endpoint, targets: TargetName[]): 
       value = endpoint.status === 204 && target === 'api' ? 'no content'
         : target === 'postgraphile' ? graphqlResult(graphqlCall(signature), text) ?? (endpoint.status === 204 ? 'no content' : null)
         : JSON.parse(text) ?? (endpoint.status === 204 ? 'no content' : null)
+      // A function that returns JSON text (the todos, with their URL markers) is a string to
+      // PostGraphile and PostgREST: read as our HTTP layer reads it (functions/lib/db.ts).
+      if (target !== 'api' && typeof value === 'string') value = JSON.parse(resolveUrlMarkers(value, { publicUrl: bench.publicUrl }))
     }
     if (value === null || value === undefined) throw new Error(`${endpoint.name} via ${TARGET_LABEL[target]}: no result`)
     answers.push({ target, value })

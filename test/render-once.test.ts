@@ -11,6 +11,7 @@ import fc from 'fast-check'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type TestWorld, startWorld } from './support/app.ts'
 import { asMember } from './support/sql.ts'
+import { resolveUrlMarkers } from '../functions/lib/db.ts'
 
 let world: TestWorld
 let sql: TestWorld['sql']
@@ -191,7 +192,7 @@ async function compareForEveryone(label: string): Promise<number> {
                (select jsonb_object_agg(u.id, u.body) from app.users_json(${users}::uuid[]) u) as new_users,
                (select jsonb_object_agg(p.id, p.body) from reference.projects_json(${projects}::uuid[]) p) as old_projects,
                (select jsonb_object_agg(p.id, p.body) from app.projects_json(${projects}::uuid[]) p) as new_projects,
-               (select jsonb_agg(app.todo_text(t)::jsonb order by n) from unnest(${todos}::uuid[]) with ordinality x(t, n)) as new_singles,
+               (select jsonb_agg(app.resolve_urls(app.todo_text(t))::jsonb order by n) from unnest(${todos}::uuid[]) with ordinality x(t, n)) as new_singles,
                (select jsonb_agg(reference.todos_json(array[t], false) -> 0 order by n) from unnest(${todos}::uuid[]) with ordinality x(t, n)) as old_singles`
       return r!
     })
@@ -272,5 +273,19 @@ describe('render once, serve many (issue 27)', () => {
       expect(rendered.creator.url).toBe(`http://api.test/@${author.username}`)
       expect(rendered.url).toMatch(/^http:\/\/api\.test\/todos\/\d+$/)
     }
+  })
+
+  it('the HTTP layer puts URLs in place of the markers as app.resolve_urls does: escaped, defaults alike', async () => {
+    const rendered = '{"a":"\u0001/x","b":"\u0002/y","c":["\u0001","\u0002/z"]}'
+    for (const [publicUrl, webUrl] of [['http://h/"q\\b', 'http://w/\t'], ['http://api.test', ''], ['', '']] as const) {
+      const expected = await sql.begin(async (tx) => {
+        await tx`select set_config('app.public_url', ${publicUrl}, true), set_config('app.web_url', ${webUrl}, true)`
+        const [row] = await tx`select app.resolve_urls(${rendered}) as text`
+        return row!.text as string
+      })
+      expect(JSON.parse(expected).a).toBe(`${publicUrl || 'http://127.0.0.1:54321'}/x`)
+      expect(resolveUrlMarkers(rendered, { publicUrl, webUrl })).toBe(expected)
+    }
+    expect(resolveUrlMarkers('{"a":1}', { publicUrl: 'x' })).toBe('{"a":1}')
   })
 })

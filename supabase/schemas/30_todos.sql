@@ -936,7 +936,7 @@ comment on function api.todo_create(text, jsonb) is
 grant execute on function api.todo_create(text, jsonb) to authenticated;
 
 create function api.todo_get(todo_ref text, expand_reactions boolean)
-returns json
+returns text
 language plpgsql
 stable
 set search_path = ''
@@ -1039,7 +1039,7 @@ comment on function api.todo_deletion_preview(text) is
 grant execute on function api.todo_deletion_preview(text) to authenticated;
 
 create function api.todos_list(filters jsonb, page_limit integer, starting_after text, expand_reactions boolean)
-returns json
+returns text
 language sql
 stable
 set search_path = ''
@@ -1051,7 +1051,7 @@ comment on function api.todos_list(jsonb, integer, text, boolean) is
 grant execute on function api.todos_list(jsonb, integer, text, boolean) to authenticated;
 
 create function api.user_todos(user_ref text, filters jsonb, page_limit integer, starting_after text, expand_reactions boolean)
-returns json
+returns text
 language plpgsql
 stable
 set search_path = ''
@@ -1070,7 +1070,7 @@ comment on function api.user_todos(text, jsonb, integer, text, boolean) is
 grant execute on function api.user_todos(text, jsonb, integer, text, boolean) to authenticated;
 
 create function api.project_todos(project_ref text, filters jsonb, page_limit integer, starting_after text, expand_reactions boolean)
-returns json
+returns text
 language plpgsql
 stable
 set search_path = ''
@@ -1094,7 +1094,7 @@ comment on function api.project_todos(text, jsonb, integer, text, boolean) is
 grant execute on function api.project_todos(text, jsonb, integer, text, boolean) to authenticated;
 
 create function api.search_todos(query text, page_limit integer, starting_after text, expand_reactions boolean)
-returns json
+returns text
 language plpgsql
 stable
 set search_path = ''

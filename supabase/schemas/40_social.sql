@@ -1052,7 +1052,7 @@ comment on function app.timeline_todos_between(timestamp with time zone, timesta
 grant execute on function app.timeline_todos_between(timestamp with time zone, timestamp with time zone) to authenticated;
 
 create function api.timeline(filters jsonb, page_limit integer, starting_after text, expand_reactions boolean)
-returns json
+returns text
 language sql
 stable
 set search_path = ''

@@ -18,9 +18,13 @@ set check_function_bodies = off;
 -- and sent as it is, where jsonb would be built key by key, sorted and printed again on every
 -- read. URLs depend on the deployment (PUBLIC_URL and WEB_URL, set per request as app.public_url
 -- and app.web_url), so a rendering holds a marker where one begins: chr(1) for the public URL,
--- chr(2) for the web URL, replaced once per answer (app.resolve_urls). to_json escapes every
--- control character (chr(1) becomes the six characters \u0001), so no member's text can contain
--- a raw marker, and nothing but a URL is ever replaced.
+-- chr(2) for the web URL, replaced once per answer. to_json escapes every control character
+-- (chr(1) becomes the six characters \u0001), so no member's text can contain a raw marker, and
+-- nothing but a URL is ever replaced. Where: the todos (a page and GET /v1/todos/{id}) leave the
+-- database as text with their markers, and the HTTP layer replaces them (functions/lib/db.ts,
+-- resolveUrlMarkers: on a 30-70 KB page, the two passes and a cast to json cost the database
+-- 0.17 ms of a 1.1 ms page, the one part that cannot be multiplied); renderings that stay in the
+-- database or leave another way (webhooks, realtime, jsonb renderers) call app.resolve_urls.
 
 create function app.json_text(value text)
 returns text
@@ -642,18 +646,18 @@ comment on function app.page_envelope(jsonb, boolean, bigint, text) is
 grant execute on function app.page_envelope(jsonb, boolean, bigint, text) to authenticated, service_role;
 
 create function app.page_envelope_text(data text, has_more boolean, total_count bigint, last_id text)
-returns json
+returns text
 language sql
 stable
 as $$
-  select ('{"data":' || coalesce(data, '[]')
+  select '{"data":' || coalesce(data, '[]')
     || ',"has_more":' || has_more
     || ',"total_count":' || coalesce(total_count::text, 'null')
     || ',"after":' || case when has_more then app.json_text(last_id) else 'null' end
-    || '}')::json
+    || '}'
 $$;
 comment on function app.page_envelope_text(text, boolean, bigint, text) is
-  'Inlined (no SET clause, no table access). app.page_envelope around data given as JSON text (an array, URLs in place), as json: the todo lists send their page as the text it was concatenated into (issue 27), never parsed into jsonb and printed again.';
+  'Inlined (no SET clause, no table access). app.page_envelope around data given as JSON text (an array, URLs in place or as markers), as JSON text: the todo lists send their page as the text it was concatenated into (issue 27), never parsed into jsonb and printed again, nor checked by a cast to json (a parse of the whole page: 0.08 ms of a 30 KB page).';
 grant execute on function app.page_envelope_text(text, boolean, bigint, text) to authenticated, service_role;
 
 create function app.project_page(maker_id uuid, page_limit integer, starting_after text)
@@ -854,19 +858,19 @@ comment on function app.todos_json(uuid[], boolean) is
 grant execute on function app.todos_json(uuid[], boolean) to authenticated, service_role;
 
 create function app.todo_text(todo_id uuid, expand_reactions boolean default false)
-returns json
+returns text
 language plpgsql
 stable
 set search_path = ''
 as $$
 declare
-  page text := app.resolve_urls(app.todos_text(array[todo_id], expand_reactions));
+  page text := app.todos_text(array[todo_id], expand_reactions);
 begin
-  return substr(page, 2, length(page) - 2)::json;
+  return substr(page, 2, length(page) - 2);
 end;
 $$;
 comment on function app.todo_text(uuid, boolean) is
-  'A todo as the API renders it for the current viewer, as json (text, sent as it is: GET /v1/todos/{id}); null when the viewer may not see it. The one element of app.todos_text''s array. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its body was planned again on every call (0.3-0.5 ms of a 1.2 ms GET /v1/todos/{id}, issue 27); PL/pgSQL keeps its plans for the session.';
+  'A todo as the API renders it for the current viewer, as JSON text with URL markers (GET /v1/todos/{id}: sent as it is, the markers replaced by the HTTP layer, functions/lib/db.ts); null when the viewer may not see it. The one element of app.todos_text''s array. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its body was planned again on every call (0.3-0.5 ms of a 1.2 ms GET /v1/todos/{id}, issue 27); PL/pgSQL keeps its plans for the session.';
 grant execute on function app.todo_text(uuid, boolean) to authenticated;
 
 create function app.todo_json(t app.todos, expand_reactions boolean default false)
@@ -908,7 +912,7 @@ comment on function app.timeline_sources(text, integer, boolean) is
 grant execute on function app.timeline_sources(text, integer, boolean) to authenticated;
 
 create function app.todo_page(scope text, scope_id uuid, filters jsonb, page_limit integer, starting_after text, expand_reactions boolean, match_cap integer default null::integer)
-returns json
+returns text
 language plpgsql
 stable
 set search_path = ''
@@ -1174,14 +1178,14 @@ begin
   has_more := cardinality(page) > page_limit;
   page := page[1:page_limit];
   return app.page_envelope_text(
-    app.resolve_urls(app.todos_text(page, expand_reactions)),
+    app.todos_text(page, expand_reactions),
     has_more,
     total,
     app.to_public_id('todo', page[cardinality(page)]));
 end;
 $$;
 comment on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) is
-  'One page of todos visible to the viewer, newest first, as json text concatenated from app.todos_text (issue 27: never parsed into jsonb and printed again): scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects'': a merge of each source''s own newest todos; with a full-text query, candidates merged by index, first a page and then windows of time sized by the share that matched, whose words are read newest first); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count (issue 26): unfiltered, from counters (users.todos_count, app.visible_project_todos, app.visible_todos_total, app.timeline_todos_between); with since/until, all from sealed hours (app.visible_todos_between), timeline per source, a member''s or project''s list counted; with a full-text query, matches counted up to 100. match_cap (search) limits the whole result to the newest matches. Every part costs the same whatever the number of todos and members: index walks of a page, sums over hours, counts bounded by one member''s, one project''s or the followed sources'' todos, or by the cap.';
+  'One page of todos visible to the viewer, newest first, as JSON text with URL markers concatenated from app.todos_text (issue 27: never parsed into jsonb and printed again, nor checked by a cast to json; the HTTP layer puts the request''s URLs in place of the markers, functions/lib/db.ts, so the database spends nothing on the 30-70 KB of a page once it is concatenated): scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects'': a merge of each source''s own newest todos; with a full-text query, candidates merged by index, first a page and then windows of time sized by the share that matched, whose words are read newest first); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count (issue 26): unfiltered, from counters (users.todos_count, app.visible_project_todos, app.visible_todos_total, app.timeline_todos_between); with since/until, all from sealed hours (app.visible_todos_between), timeline per source, a member''s or project''s list counted; with a full-text query, matches counted up to 100. match_cap (search) limits the whole result to the newest matches. Every part costs the same whatever the number of todos and members: index walks of a page, sums over hours, counts bounded by one member''s, one project''s or the followed sources'' todos, or by the cap.';
 grant execute on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) to authenticated;
 
 create function app.comment_json(c app.comments)
