@@ -433,12 +433,56 @@ describe('preferences', () => {
     expect((await list('carol')).data.slice(0, 2).map((n) => n.type)).toEqual(['comment_todo_create', 'reaction_todo_create'])
     expect(pushesTo('carol', from).map((p) => p.payload.type)).toEqual(['comment_todo_create'])
 
-    // Turned off after the push was queued: it is dropped unsent.
+    // Turned off before the worker fanned the push out: no delivery is written for the device.
+    await comment('dave', todo.id, 'Switched off before the fan-out')
+    expect((await world.patch('/v1/notification_preferences/comment_todo_create', { auth: tokensOf.carol, json: { mobile_push_enabled: false } })).status).toBe(200)
+    expect(await drain()).toMatchObject({ dropped: 0, delivered: 0 })
+    expect(await world.sql`select 1 from app.push_deliveries where device_token = ${devices.carol!}`).toHaveLength(0)
+    expect(pushesTo('carol', from)).toHaveLength(1)
+    expect((await world.patch('/v1/notification_preferences/comment_todo_create', { auth: tokensOf.carol, json: { mobile_push_enabled: true } })).status).toBe(200)
+
+    // Turned off after the push was fanned out into a delivery: it is dropped unsent.
     await comment('dave', todo.id, 'Queued before the switch')
+    expect(await world.sql`select app.fan_out_pushes(100) as taken`).toEqual([{ taken: 1 }])
+    expect(await world.sql`select 1 from app.push_deliveries where device_token = ${devices.carol!}`).toHaveLength(1)
     expect((await world.patch('/v1/notification_preferences/comment_todo_create', { auth: tokensOf.carol, json: { mobile_push_enabled: false } })).status).toBe(200)
     expect(await drain()).toMatchObject({ dropped: 1, delivered: 0 })
     expect(pushesTo('carol', from)).toHaveLength(1)
     expect((await world.patch('/v1/notification_preferences/comment_todo_create', { auth: tokensOf.carol, json: { mobile_push_enabled: true } })).body).toMatchObject({ mobile_push_enabled: true })
+  })
+})
+
+describe('the push fan-out (issue 27)', () => {
+  it('a notification queues one fan-out row only when its recipient has somewhere to be pushed; the worker writes the deliveries and drops a row whose notification is gone', async () => {
+    const queued = async () => (await world.sql<{ n: number }[]>`select count(*)::int as n from app.push_fanouts`)[0]!.n
+    await drain()
+    expect(await queued()).toBe(0)
+    // No device and no browser: nothing queued, though the notification is written.
+    const quiet = await world.createUser('quiet', '--first-name', 'Quiet')
+    const theirs = await world.post('/v1/todos', { auth: quiet.api_key, json: { body: 'Nobody to buzz' } })
+    expect(theirs.status, theirs.text).toBe(201)
+    await react('alice', 'Todo', theirs.body.id)
+    expect(await world.sql`select 1 from app.notifications where user_id = app.from_public_id('user', ${quiet.id})`).toHaveLength(1)
+    expect(await queued()).toBe(0)
+
+    // A device: one queue row and no delivery yet; the worker's claim writes it, and it is sent.
+    const from = apns.pushes.length
+    const todo = await postTodo('bob', 'Buzz me')
+    await react('alice', 'Todo', todo.id)
+    expect(await queued()).toBe(1)
+    expect(await world.sql`select 1 from app.push_deliveries where device_token = ${devices.bob!}`).toHaveLength(0)
+    expect(await drain()).toMatchObject({ delivered: 1 })
+    expect(await queued()).toBe(0)
+    expect(pushesTo('bob', from).map((p) => p.payload.type)).toEqual(['reaction_todo_create'])
+
+    // Gone before the fan-out (the todo deleted, its notification with it): dropped, nothing sent.
+    const doomed = await postTodo('bob', 'Short-lived')
+    await comment('alice', doomed.id, 'Nice')
+    expect(await queued()).toBe(1)
+    expect((await world.delete(`/v1/todos/${doomed.id}`, { auth: users.bob!.api_key })).status).toBe(204)
+    expect(await drain()).toMatchObject({ delivered: 0, dropped: 0 })
+    expect(await queued()).toBe(0)
+    expect(pushesTo('bob', from)).toHaveLength(1)
   })
 })
 

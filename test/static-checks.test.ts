@@ -149,7 +149,7 @@ const ALLOWED_DYNAMIC_SQL: { file: string; text: string; why: string }[] = [
   // before use; every value is a $n parameter.
   { file: 'functions/lib/db.ts', text: 'statementFor(fn, args.length, Boolean(idempotency))', why: 'api.* name from a route (checked /^api\\.[a-z_]+$/), values (an Idempotency-Key too) as $n parameters, prepared' },
   { file: 'functions/oauth/oauth.ts', text: '`select ${fn}(${params}) as result`', why: 'app.oauth_* name from code (checked /^app\\.oauth_[a-z_]+$/), $n placeholders only' },
-  { file: 'local/admin-commands.ts', text: '`select ${fn}(${params}) as body`', why: 'api.* name from the CLI\'s command table (checked), $n placeholders only' },
+  { file: 'local/admin-commands.ts', text: '`select ${fn}(${params})::text as body`', why: 'api.* name from the CLI\'s command table (checked), $n placeholders only' },
   // Local tooling: migrations and schema files are the project's own SQL files, read from disk.
   { file: 'local/migrate.ts', text: 'await readFile(PLATFORM_SHIM, \'utf8\')', why: 'sql/platform.sql, the project\'s own file' },
   { file: 'local/migrate.ts', text: 'text', why: 'a migration file of supabase/migrations' },
