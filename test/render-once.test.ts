@@ -11,7 +11,7 @@ import fc from 'fast-check'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type TestWorld, startWorld } from './support/app.ts'
 import { asMember } from './support/sql.ts'
-import { resolveUrlMarkers } from '../functions/lib/db.ts'
+import { resolveUrlMarkerBytes, resolveUrlMarkers } from '../functions/lib/db.ts'
 
 let world: TestWorld
 let sql: TestWorld['sql']
@@ -287,5 +287,17 @@ describe('render once, serve many (issue 27)', () => {
       expect(resolveUrlMarkers(rendered, { publicUrl, webUrl })).toBe(expected)
     }
     expect(resolveUrlMarkers('{"a":1}', { publicUrl: 'x' })).toBe('{"a":1}')
+  })
+
+  it('the markers are replaced in the bytes as in the text: any text, markers anywhere, non-ASCII around them', () => {
+    const piece = fc.oneof(fc.constantFrom('\u0001', '\u0002', 'é', '日本', '🎉', '"', '\\'), fc.string({ unit: 'grapheme', maxLength: 8 }))
+    fc.assert(fc.property(fc.array(piece, { maxLength: 40 }), fc.constantFrom('http://api.test', 'http://h/"q\\b', ''), fc.constantFrom('', 'http://web.test'), (pieces, publicUrl, webUrl) => {
+      const text = pieces.join('')
+      const row = new TextEncoder().encode(text)
+      const bytes = resolveUrlMarkerBytes(row, { publicUrl, webUrl })
+      expect(bytes.toString('utf8')).toBe(resolveUrlMarkers(text, { publicUrl, webUrl }))
+      // Always a copy: the driver's read buffer may be reused.
+      expect(bytes.buffer).not.toBe(row.buffer)
+    }), { numRuns: 500 })
   })
 })

@@ -21,6 +21,7 @@
 // The CTEs are materialized, so they run before the outer target list calls the function.
 // api functions are never inlinable (plpgsql, or `set search_path`), so their queries are
 // planned after the role switch, under RLS.
+import { Buffer } from 'node:buffer'
 import type { Sql } from 'postgres'
 
 /** What a route needs the credential to allow (see app.authenticate). */
@@ -71,7 +72,7 @@ function statementFor(fn: string, argc: number, keyed: boolean): string {
 )
 select case when claim.stored is null then app.idempotency_record($5::text, $6::text, ${fn}(${args})::text)
             else claim.stored ->> 'response' end as body,
-       claim.stored is not null as replayed, ctx.member
+       ctx.member, claim.stored is not null as replayed
 from ctx, claim`
       : `${prelude}
 select ${fn}(${args})::text as body, ctx.member from ctx`
@@ -107,24 +108,79 @@ export async function callApi(sql: Sql, context: CallContext, fn: string, args: 
  * it) and whether the answer is a stored one, replayed for `idempotency`'s key.
  */
 export async function callApiAs(sql: Sql, context: CallContext, fn: string, args: unknown[], idempotency?: IdempotencyKey | null): Promise<ApiResult> {
+  const { body, member, replayed } = await callApiBytes(sql, context, fn, args, idempotency)
+  return { body: body === null ? null : body.toString('utf8'), member, replayed }
+}
+
+/** What one api function call returned, as the UTF-8 bytes of its JSON text (URLs in place). */
+export interface ApiBytes {
+  body: Buffer | null
+  member: string
+  replayed: boolean
+}
+
+/**
+ * callApiAs with the body as the bytes PostgreSQL sent: a response that is sent as it is (a page
+ * of todos is 30-70 KB) is neither decoded into a JS string by the driver nor encoded back into
+ * UTF-8 to be written, and its URL markers are replaced in the bytes (resolveUrlMarkerBytes).
+ * That decode and encode cost Node 0.1-0.3 ms per page of todos.
+ */
+export async function callApiBytes(sql: Sql, context: CallContext, fn: string, args: unknown[], idempotency?: IdempotencyKey | null): Promise<ApiBytes> {
   // jsonb parameters take JS objects: postgres.js serializes by the type the server describes.
   const params = [context.credential, context.access, context.publicUrl, context.webUrl ?? context.publicUrl,
     ...(idempotency ? [idempotency.key, idempotency.requestHash] : []), ...args]
   // postgres.js sends JS strings and numbers as "unknown", so the function signature types them.
-  const rows = await sql.unsafe(statementFor(fn, args.length, Boolean(idempotency)), params as never[], { prepare: true })
+  // raw(): each column as the bytes of its text form, in the statement's order (body, member, replayed).
+  const rows = await sql.unsafe(statementFor(fn, args.length, Boolean(idempotency)), params as never[], { prepare: true }).raw()
   // The statement always yields exactly one row (its body may be null). None means postgres.js
   // lost the connection under it and resolved the query empty (seen while PostgreSQL shut down,
   // test/faults.test.ts): answered as a lost database, not as a success with a null body.
   if (rows.length !== 1) throw Object.assign(new Error(`${fn} answered ${rows.length} rows instead of one`), { code: NO_RESULT_ROW })
-  const row = rows[0]!
-  const body = (row.body as string | null | undefined) ?? null
-  return { body: body === null ? null : resolveUrlMarkers(body, context), member: row.member as string, replayed: row.replayed === true }
+  const [body, member, replayed] = rows[0] as unknown as (Uint8Array | null)[]
+  return {
+    body: body == null ? null : resolveUrlMarkerBytes(body, context),
+    member: Buffer.from(member!).toString('utf8'),
+    // A boolean's text form: t or f.
+    replayed: replayed?.[0] === 0x74,
+  }
 }
 
 /** Where url fields start when PUBLIC_URL is unset: app.public_url()'s default. */
 const DEFAULT_PUBLIC_URL = 'http://127.0.0.1:54321'
 const PUBLIC_URL_MARKER = '\u0001'
 const WEB_URL_MARKER = '\u0002'
+
+/** A URL escaped as inside a JSON string, as app.json_inner escapes it. */
+function jsonInner(url: string): string {
+  return JSON.stringify(url).slice(1, -1)
+}
+
+/**
+ * resolveUrlMarkers on the UTF-8 bytes of the JSON text: a marker is the byte 1 or 2, which UTF-8
+ * never uses inside another character. Always a new buffer (the row's bytes lie in the driver's
+ * read buffer): the pieces between markers and the URLs, copied once.
+ */
+export function resolveUrlMarkerBytes(body: Uint8Array, context: Pick<CallContext, 'publicUrl' | 'webUrl'>): Buffer {
+  const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength)
+  let nextPublic = bytes.indexOf(1)
+  let nextWeb = bytes.indexOf(2)
+  if (nextPublic < 0 && nextWeb < 0) return Buffer.from(bytes)
+  const publicUrl = context.publicUrl || DEFAULT_PUBLIC_URL
+  const publicBytes = Buffer.from(jsonInner(publicUrl))
+  const webBytes = Buffer.from(jsonInner(context.webUrl || publicUrl))
+  const parts: Uint8Array[] = []
+  let from = 0
+  while (nextPublic >= 0 || nextWeb >= 0) {
+    const isPublic = nextWeb < 0 || (nextPublic >= 0 && nextPublic < nextWeb)
+    const at = isPublic ? nextPublic : nextWeb
+    parts.push(bytes.subarray(from, at), isPublic ? publicBytes : webBytes)
+    from = at + 1
+    if (isPublic) nextPublic = bytes.indexOf(1, from)
+    else nextWeb = bytes.indexOf(2, from)
+  }
+  parts.push(bytes.subarray(from))
+  return Buffer.concat(parts)
+}
 
 /**
  * The request's URLs in place of the markers the database renders URLs with (chr(1) the public
@@ -141,8 +197,8 @@ export function resolveUrlMarkers(body: string, context: Pick<CallContext, 'publ
   const publicUrl = context.publicUrl || DEFAULT_PUBLIC_URL
   const webUrl = context.webUrl || publicUrl
   let resolved = body
-  if (hasPublic) resolved = resolved.replaceAll(PUBLIC_URL_MARKER, JSON.stringify(publicUrl).slice(1, -1))
-  if (hasWeb) resolved = resolved.replaceAll(WEB_URL_MARKER, JSON.stringify(webUrl).slice(1, -1))
+  if (hasPublic) resolved = resolved.replaceAll(PUBLIC_URL_MARKER, jsonInner(publicUrl))
+  if (hasWeb) resolved = resolved.replaceAll(WEB_URL_MARKER, jsonInner(webUrl))
   return resolved
 }
 

@@ -1,7 +1,8 @@
 // From a validated request to the response: one api function call, its JSON text passed
 // through untouched (no parse and re-serialize on the hot path).
+import { Buffer } from 'node:buffer'
 import type { Access } from './db.ts'
-import { callApiAs, credentialRefused } from './db.ts'
+import { callApiBytes, credentialRefused } from './db.ts'
 import { AdmissionRefused, type ReadReport, type ReadTotals } from './admission.ts'
 import type { AppContext } from './context.ts'
 import { ApiError } from './errors.ts'
@@ -17,6 +18,12 @@ import { IDEMPOTENT_REPLAYED_HEADER, idempotencyKeyOf, requestFingerprint } from
  * it would the first, and the answer says `Idempotent-Replayed: true`.
  */
 export async function callFor(c: AppContext, fn: string, args: unknown[], access?: Access): Promise<string | null> {
+  const body = await callForBytes(c, fn, args, access)
+  return body === null ? null : body.toString('utf8')
+}
+
+/** callFor with the answer as the UTF-8 bytes of its JSON text, for a response that sends it as it is (respond()). */
+export async function callForBytes(c: AppContext, fn: string, args: unknown[], access?: Access): Promise<Buffer | null> {
   const credential = c.var.credential
   if (!credential) throw new ApiError(403, 'Authentication required: send an API key or an OAuth access token.')
   const { sql, publicUrl, webUrl } = c.var.deps
@@ -26,7 +33,7 @@ export async function callFor(c: AppContext, fn: string, args: unknown[], access
   if (idempotency) c.set('idempotencyKeyUsed', true)
   try {
     const { body, member, replayed } = await inTurn(c, () =>
-      callApiAs(sql, { credential, access: access ?? accessOf(c), publicUrl, webUrl }, fn, args, idempotency))
+      callApiBytes(sql, { credential, access: access ?? accessOf(c), publicUrl, webUrl }, fn, args, idempotency))
     c.var.admission.learn(credential, member)
     if (replayed) c.header(IDEMPOTENT_REPLAYED_HEADER, 'true')
     return body
@@ -64,6 +71,9 @@ export async function inTurn<T>(c: AppContext, call: () => Promise<T>): Promise<
   }
 }
 
+/** The answer of a function that returned SQL null: the JSON text null. */
+const NULL_BODY = new TextEncoder().encode('null')
+
 export interface RespondOptions {
   /** Defaults to the route's row of the authorization table (functions/lib/access.ts). */
   access?: Access
@@ -78,16 +88,17 @@ export interface RespondOptions {
  */
 // biome-ignore lint/suspicious/noExplicitAny: see above
 export async function respond(c: AppContext, fn: string, args: unknown[], options: RespondOptions = {}): Promise<any> {
-  const body = await callFor(c, fn, args, options.access)
+  const body = await callForBytes(c, fn, args, options.access)
   const status = options.status ?? 200
   if (status === 204) return c.body(null, 204)
-  const text = body ?? 'null'
-  // A GET's ETag from the text in hand: conditionalGet() then answers If-None-Match without
+  // Sent as the bytes PostgreSQL sent (callApiBytes): never decoded, never encoded again.
+  const bytes = (body ?? NULL_BODY) as Uint8Array<ArrayBuffer>
+  // A GET's ETag from the bytes in hand: conditionalGet() then answers If-None-Match without
   // reading the body back (which costs more than the hash on @hono/node-server).
   if (c.req.method === 'GET' && status === 200) {
-    return c.body(text, 200, { 'content-type': 'application/json; charset=UTF-8', etag: weakTag(text) })
+    return c.body(bytes, 200, { 'content-type': 'application/json; charset=UTF-8', etag: weakTag(bytes) })
   }
-  return c.body(text, status, { 'content-type': 'application/json; charset=UTF-8' })
+  return c.body(bytes, status, { 'content-type': 'application/json; charset=UTF-8' })
 }
 
 /**
