@@ -453,8 +453,9 @@ describe('preferences', () => {
 })
 
 describe('the push fan-out (issue 27)', () => {
+  const queued = async () => (await world.sql<{ n: number }[]>`select count(*)::int as n from app.push_fanouts`)[0]!.n
+
   it('a notification queues one fan-out row only when its recipient has somewhere to be pushed; the worker writes the deliveries and drops a row whose notification is gone', async () => {
-    const queued = async () => (await world.sql<{ n: number }[]>`select count(*)::int as n from app.push_fanouts`)[0]!.n
     await drain()
     expect(await queued()).toBe(0)
     // No device and no browser: nothing queued, though the notification is written.
@@ -483,6 +484,57 @@ describe('the push fan-out (issue 27)', () => {
     expect(await drain()).toMatchObject({ delivered: 0, dropped: 0 })
     expect(await queued()).toBe(0)
     expect(pushesTo('bob', from)).toHaveLength(1)
+  })
+
+  it('queue rows that yield no push do not hold up the rest: one drain fans out the whole queue', async () => {
+    await drain()
+    const from = apns.pushes.length
+    // What a bulk deletion of todos or an account leaves: rows whose notification is gone, more
+    // than two lanes' batches of them, ahead of a live one.
+    await world.sql`insert into app.push_fanouts (notification_id) select gen_random_uuid() from generate_series(1, 300)`
+    const todo = await postTodo('bob', 'Behind a backlog')
+    await comment('alice', todo.id, 'Still pushed')
+    expect(await drain()).toMatchObject({ delivered: 1 })
+    expect(pushesTo('bob', from).map((p) => p.payload.aps.alert.body)).toEqual(['Still pushed'])
+    expect(await queued()).toBe(0)
+  })
+
+  it('a notification being deleted while the worker fans it out is skipped: the fan-out waits for the deletion and fails nothing', async () => {
+    await drain()
+    const todo = await postTodo('bob', 'Deleted mid-fan-out')
+    await comment('alice', todo.id, 'Gone soon')
+    expect(await queued()).toBe(1)
+    const deleting = await world.sql.reserve()
+    try {
+      await deleting`begin`
+      await deleting`delete from app.todos where id = app.from_public_id('todo', ${todo.id})`
+      const fanning = world.sql<{ taken: number }[]>`select app.fan_out_pushes(100) as taken`.execute()
+      await until(async () => (await world.sql`
+        select 1 from pg_stat_activity where wait_event_type = 'Lock' and query like '%fan_out_pushes%'`).length > 0, 'the fan-out waits for the deletion')
+      await deleting`commit`
+      expect(await fanning).toEqual([{ taken: 1 }])
+    } finally {
+      deleting.release()
+    }
+    expect(await world.sql`select 1 from app.push_deliveries d where not exists (select 1 from app.notifications n where n.id = d.notification_id)`).toHaveLength(0)
+    expect(await queued()).toBe(0)
+  })
+
+  it('a push whose device moved to another account since the fan-out is dropped, never sent to the new owner', async () => {
+    await drain()
+    const from = apns.pushes.length
+    const todo = await postTodo('dave', 'Mine alone')
+    await comment('alice', todo.id, 'For dave only')
+    expect(await world.sql`select app.fan_out_pushes(100) as taken`).toEqual([{ taken: 1 }])
+    // Moved without app.register_device (which deletes what was queued for a moved token): the
+    // check at the send holds on its own.
+    await world.sql`update app.devices set user_id = app.from_public_id('user', ${users.carol!.id}) where token = ${devices.dave!}`
+    try {
+      expect(await drain()).toMatchObject({ delivered: 0, dropped: 1 })
+      expect(pushesTo('dave', from)).toHaveLength(0)
+    } finally {
+      await world.sql`update app.devices set user_id = app.from_public_id('user', ${users.dave!.id}) where token = ${devices.dave!}`
+    }
   })
 })
 

@@ -197,8 +197,11 @@ export function resolveUrlMarkers(body: string, context: Pick<CallContext, 'publ
   const publicUrl = context.publicUrl || DEFAULT_PUBLIC_URL
   const webUrl = context.webUrl || publicUrl
   let resolved = body
-  if (hasPublic) resolved = resolved.replaceAll(PUBLIC_URL_MARKER, jsonInner(publicUrl))
-  if (hasWeb) resolved = resolved.replaceAll(WEB_URL_MARKER, jsonInner(webUrl))
+  // Replacers given as functions: a replacement string would read `$&`, `$'` and `$$` in a URL.
+  const publicText = jsonInner(publicUrl)
+  const webText = jsonInner(webUrl)
+  if (hasPublic) resolved = resolved.replaceAll(PUBLIC_URL_MARKER, () => publicText)
+  if (hasWeb) resolved = resolved.replaceAll(WEB_URL_MARKER, () => webText)
   return resolved
 }
 

@@ -1,5 +1,6 @@
-// The push worker, the same on both platforms: claims due deliveries from the outbox
-// (app.push_deliveries, written with each notification by app.notify), sends each to APNs or a
+// The push worker, the same on both platforms: fans queued notifications out into the outbox
+// (app.push_fanouts, written with each notification by app.notify, into app.push_deliveries, one
+// per device and browser: app.fan_out_pushes), claims due deliveries, sends each to APNs or a
 // Web Push service through the platform's transport, and records the outcome in a statement of
 // its own. Modelled on the webhook worker (functions/lib/webhooks.ts): leases, not locks held
 // while sending; at least once (a worker killed mid-send leaves its rows due again when the
@@ -409,6 +410,13 @@ export async function drainPush(
   // Failed deliveries are kept a week for the operator, then go: the outbox must not grow with
   // every push that could not be sent.
   await sql`select app.prune_push_deliveries(make_interval(days => ${PUSH_FAILED_KEPT_DAYS}), 1000)`
+  // The fan-out queue first, a batch a transaction, until it is drained: each claim fans out a
+  // batch too, but a lane ends at a claim of fewer than `batch` pushes, and queue rows that yield
+  // none (their notification deleted, their devices gone) would end it with the queue still full.
+  while (Date.now() < deadline) {
+    const [row] = await sql<{ taken: number }[]>`select app.fan_out_pushes(${batch}) as taken`
+    if (row!.taken < batch) break
+  }
   await Promise.all(Array.from({ length: lanes }, () => lane()))
   return result
 }

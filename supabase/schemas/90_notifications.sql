@@ -347,20 +347,33 @@ as $$
     where f.id = any (array(select q.id from app.push_fanouts q order by q.id limit batch for update skip locked))
     returning f.notification_id
   ), queued as (
-    select n.id, n.user_id, n.type from fanned f join app.notifications n on n.id = f.notification_id
-  ), written as (
-    insert into app.push_deliveries (notification_id, device_token, web_subscription_id)
-    select q.id, d.token, null from queued q join app.devices d on d.user_id = q.user_id
+    -- Key-share locks on what the deliveries will reference (the notification, the device, the
+    -- subscription): a deletion under way is waited for and its rows are skipped, where the
+    -- deliveries' foreign keys would otherwise fail the whole claim; a device being moved to
+    -- another account (app.register_device locks it for update first) is read as it is after the
+    -- move, so the push never goes to the token's new owner.
+    select n.id, n.user_id, n.type from app.notifications n
+    where n.id in (select fanned.notification_id from fanned)
+    for key share of n
+  ), to_devices as (
+    select q.id, d.token from queued q join app.devices d on d.user_id = q.user_id
     where not exists (select 1 from app.notification_preferences p
                       where p.user_id = q.user_id and p.type = q.type and not p.mobile_push_enabled)
+    for key share of d
+  ), to_browsers as (
+    select q.id, w.id as subscription_id from queued q join app.web_push_subscriptions w on w.user_id = q.user_id
+    for key share of w
+  ), written as (
+    insert into app.push_deliveries (notification_id, device_token, web_subscription_id)
+    select t.id, t.token, null from to_devices t
     union all
-    select q.id, null, w.id from queued q join app.web_push_subscriptions w on w.user_id = q.user_id
+    select b.id, null, b.subscription_id from to_browsers b
     returning 1
   )
   select (select count(*)::integer from fanned)
 $$;
 comment on function app.fan_out_pushes(integer) is
-  'The push fan-out (app.push_fanouts says why it is the worker''s): up to `batch` queued notifications, oldest first, become one delivery per device (unless the recipient turned the type''s mobile push off) and per web subscription their recipient has now, in one statement, so a crash loses neither the queue row nor the deliveries. A queued notification that is gone meanwhile is dropped. Returns how many queue rows it took. Called by app.take_push_deliveries before each claim.';
+  'The push fan-out (app.push_fanouts says why it is the worker''s): up to `batch` queued notifications, oldest first, become one delivery per device (unless the recipient turned the type''s mobile push off) and per web subscription their recipient has now, in one statement, so a crash loses neither the queue row nor the deliveries. A queued notification that is gone meanwhile, or is being deleted (key-share locks: its deletion is waited for), is dropped; so is a device or subscription being deleted or moved to another account. Returns how many queue rows it took: the worker calls it until that is less than `batch` (functions/lib/push.ts drainPush), and app.take_push_deliveries once before each claim.';
 
 create function app.take_push_deliveries(batch integer, lease interval)
 returns table (id bigint, device_token text, apns_environment text, endpoint text, p256dh text, auth text,
@@ -397,6 +410,10 @@ begin
          -- it is about out of the recipient's sight now (the triggers' checks, asked again).
          n.hidden or (l.device_token is not null and exists (
            select 1 from app.notification_preferences p where p.user_id = n.user_id and p.type = n.type and not p.mobile_push_enabled))
+           -- The device or browser is no longer the recipient's (moved to another account since
+           -- the fan-out): never push one member's notification to another's device.
+           or (l.device_token is not null and dv.user_id is distinct from n.user_id)
+           or (l.web_subscription_id is not null and w.user_id is distinct from n.user_id)
            or (n.todo_id is not null and not app.can_see_member_content(t.user_id, n.user_id))
            or (n.comment_id is not null and not app.can_see_comment(t.user_id, c.user_id, n.user_id)),
          (select count(*)::integer from app.notifications u where u.user_id = n.user_id and not u.read and not u.hidden),
@@ -573,6 +590,9 @@ alter table app.web_push_subscriptions enable row level security;
 
 -- app.push_fanouts
 alter table app.push_fanouts enable row level security;
+-- A queue: every row is deleted within seconds, and the worker's ordered scan walks the dead
+-- entries until they are vacuumed, so vacuum it after a thousand of them, not a fifth of the table.
+alter table app.push_fanouts set (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
 -- No policy and no grant: app.notify writes, the worker reads.
 
 -- app.push_deliveries
