@@ -12,6 +12,8 @@
 //      PostgREST and Supabase Realtime do, so auth.uid() and every RLS policy apply.
 //   4. the endpoint's api function runs and returns the response body as JSON text, and the
 //      statement returns the member's id beside it (the admission queue keys API keys by it).
+//      The todos come with their URLs as markers (supabase/schemas/70_rendering.sql, "JSON
+//      text"): callApiBytes puts the request's URLs in their place, in the bytes as received.
 // A request sent with an Idempotency-Key (functions/lib/idempotency.ts) has one step more on
 // each side of 4, in the same statement and so in the same transaction as its write:
 //   `claim` app.idempotency_claim takes the key's lock (409 while a request with it runs) and
