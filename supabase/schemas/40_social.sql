@@ -1038,17 +1038,31 @@ begin
                 and (u.id = viewer_id or u.privacy <> 'private')
                 and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = u.id))
           end)
-    + (select count(*) from app.project_follows pf
-         join app.todos t on t.project_id = pf.project_id
-        where pf.user_id = viewer_id and t.user_id <> viewer_id
-          and t.created_at >= lo and t.created_at < hi
-          and t.author_privacy = 'public'
-          and t.user_id not in (select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
-          and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = t.user_id));
+    + (case when unbounded then
+         -- Unbounded: summed per author from the counters (app.project_todo_counts), a row per
+         -- (project, author) rather than an index entry per todo; an author's todos carry their
+         -- privacy (app.tg_users__propagate_privacy, in the same transaction), so `public` is
+         -- read from the author's row.
+         (select coalesce(sum(c.todos), 0) from app.project_follows pf
+            join app.project_todo_counts c on c.project_id = pf.project_id
+            join app.users a on a.id = c.user_id
+           where pf.user_id = viewer_id and c.user_id <> viewer_id
+             and a.privacy = 'public'
+             and c.user_id not in (select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
+             and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = c.user_id))
+       else
+         (select count(*) from app.project_follows pf
+            join app.todos t on t.project_id = pf.project_id
+           where pf.user_id = viewer_id and t.user_id <> viewer_id
+             and t.created_at >= lo and t.created_at < hi
+             and t.author_privacy = 'public'
+             and t.user_id not in (select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
+             and not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = t.user_id))
+       end);
 end;
 $$;
 comment on function app.timeline_todos_between(timestamp with time zone, timestamp with time zone) is
-  'How many todos of the current viewer''s timeline have lo <= created_at < hi (both null: all of them): the total_count of GET /v1/timeline. The viewer''s and followees'' from their todos_count when unbounded or when the range holds a member''s whole history (their oldest and newest todo, two index probes), else counted per member by the (user_id, created_at) index; the followed projects'' todos by other public members counted by the (project_id, created_at) index. Bounded by what the followed sources hold, never by how many todos everyone has (issue 26). Security definer: counts through the follows and mutes of auth.uid() only, and reads no todo it returns. force_generic_plan: planned once per session, not on every call (0.67 -> 0.18 ms, issue 27).';
+  'How many todos of the current viewer''s timeline have lo <= created_at < hi (both null: all of them): the total_count of GET /v1/timeline. The viewer''s and followees'' from their todos_count when unbounded or when the range holds a member''s whole history (their oldest and newest todo, two index probes), else counted per member by the (user_id, created_at) index; the followed projects'' todos by other public members summed per author from app.project_todo_counts when unbounded (the unfiltered timeline: a cost only the list pays, issue 27), else counted by the (project_id, created_at) index. Bounded by what the followed sources hold, never by how many todos everyone has (issue 26). Security definer: counts through the follows and mutes of auth.uid() only, and reads no todo it returns. force_generic_plan: planned once per session, not on every call (0.67 -> 0.18 ms, issue 27).';
 grant execute on function app.timeline_todos_between(timestamp with time zone, timestamp with time zone) to authenticated;
 
 create function api.timeline(filters jsonb, page_limit integer, starting_after text, expand_reactions boolean)
