@@ -158,9 +158,12 @@ function jsonInner(url: string): string {
 }
 
 /**
- * resolveUrlMarkers on the UTF-8 bytes of the JSON text: a marker is the byte 1 or 2, which UTF-8
- * never uses inside another character. Always a new buffer (the row's bytes lie in the driver's
- * read buffer): the pieces between markers and the URLs, copied once.
+ * The request's URLs in place of the URL markers in the UTF-8 bytes of JSON text (see
+ * resolveUrlMarkers): a marker is the byte 1 or 2, which UTF-8 never uses inside another
+ * character. The todos leave the database with their markers: replacing them there cost a
+ * 30-70 KB page 0.1 ms of the database's time, the part that cannot be multiplied. Always a new
+ * buffer (the row's bytes lie in the driver's read buffer): the pieces between markers and the
+ * URLs, copied once.
  */
 export function resolveUrlMarkerBytes(body: Uint8Array, context: Pick<CallContext, 'publicUrl' | 'webUrl'>): Buffer {
   const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength)
@@ -187,24 +190,14 @@ export function resolveUrlMarkerBytes(body: Uint8Array, context: Pick<CallContex
 /**
  * The request's URLs in place of the markers the database renders URLs with (chr(1) the public
  * URL, chr(2) the web URL: supabase/schemas/70_rendering.sql, "JSON text"), as app.resolve_urls
- * would put them, escaped as inside a JSON string. The todos leave the database with their
- * markers: replacing them there cost a 30-70 KB page 0.1 ms of the database's time, the part that
- * cannot be multiplied, and a few microseconds here. A raw control character is never part of
- * valid JSON text (the database escapes every one in members' text), so only markers are replaced.
+ * would put them, escaped as inside a JSON string: resolveUrlMarkerBytes on the text's UTF-8
+ * bytes, for callers that hold a string (the operator CLI, the bench). A raw control character is
+ * never part of valid JSON text (the database escapes every one in members' text), so only
+ * markers are replaced.
  */
 export function resolveUrlMarkers(body: string, context: Pick<CallContext, 'publicUrl' | 'webUrl'>): string {
-  const hasPublic = body.includes(PUBLIC_URL_MARKER)
-  const hasWeb = body.includes(WEB_URL_MARKER)
-  if (!hasPublic && !hasWeb) return body
-  const publicUrl = context.publicUrl || DEFAULT_PUBLIC_URL
-  const webUrl = context.webUrl || publicUrl
-  let resolved = body
-  // Replacers given as functions: a replacement string would read `$&`, `$'` and `$$` in a URL.
-  const publicText = jsonInner(publicUrl)
-  const webText = jsonInner(webUrl)
-  if (hasPublic) resolved = resolved.replaceAll(PUBLIC_URL_MARKER, () => publicText)
-  if (hasWeb) resolved = resolved.replaceAll(WEB_URL_MARKER, () => webText)
-  return resolved
+  if (!body.includes(PUBLIC_URL_MARKER) && !body.includes(WEB_URL_MARKER)) return body
+  return resolveUrlMarkerBytes(Buffer.from(body, 'utf8'), context).toString('utf8')
 }
 
 /**
