@@ -47,6 +47,8 @@ type Action =
   | { kind: 'measure'; upload: number; width: number; height: number }
   | { kind: 'edit'; todo: number; words: string; mention: number; tag: number }
   | { kind: 'delete'; todo: number }
+  | { kind: 'uncard'; todo: number }
+  | { kind: 'backfill'; batch: number }
 
 const action: fc.Arbitrary<Action> = fc.oneof(
   fc.record({ kind: fc.constant('post' as const), author: index, words: awkward, mention: index, tag: index, minutesAgo: fc.nat({ max: 60 * 24 * 3 }) }),
@@ -66,6 +68,8 @@ const action: fc.Arbitrary<Action> = fc.oneof(
   fc.record({ kind: fc.constant('measure' as const), upload: index, width: fc.integer({ min: 1, max: 4000 }), height: fc.integer({ min: 1, max: 4000 }) }),
   fc.record({ kind: fc.constant('edit' as const), todo: index, words: awkward, mention: index, tag: index }),
   fc.record({ kind: fc.constant('delete' as const), todo: index }),
+  fc.record({ kind: fc.constant('uncard' as const), todo: index }),
+  fc.record({ kind: fc.constant('backfill' as const), batch: fc.integer({ min: 1, max: 6 }) }),
 )
 
 const pick = <T>(list: T[], i: number): T => list[i % list.length]!
@@ -171,6 +175,19 @@ async function apply(a: Action): Promise<void> {
     case 'delete':
       if (todos.length > 3) await sql`delete from app.todos where id = ${pick(todos, a.todo)}`
       return
+    case 'uncard':
+      // A todo as it was before app.todos.card existed (written without the triggers).
+      if (todos.length === 0) return
+      await sql.begin(async (tx) => {
+        await tx`set local session_replication_role = replica`
+        await tx`update app.todos set card = null where id = ${pick(todos, a.todo)}`
+      })
+      return
+    case 'backfill':
+      // The storage worker's backfill, from the first id, one batch.
+      await sql`update app.todo_card_backfill set after_id = null, done = false`
+      await sql`select app.render_todo_cards(${a.batch})`
+      return
   }
 }
 
@@ -244,7 +261,7 @@ describe('render once, serve many (issue 27)', () => {
       await apply(one)
       await compareForEveryone(`write ${i} of the fixed sequence: ${JSON.stringify(one)}`)
     }
-    expect(kinds.size).toBe(17)
+    expect(kinds.size).toBe(19)
     let runs = 0
     await fc.assert(
       fc.asyncProperty(fc.array(action, { minLength: 1, maxLength: 8 }), async (actions) => {
@@ -256,6 +273,64 @@ describe('render once, serve many (issue 27)', () => {
     )
     expect(runs).toBe(40)
   }, 600_000)
+
+  it('the todos written before their card existed are carded by the storage worker in batches, their answers and updated_at unchanged; members cannot write a card', async () => {
+    const author = members[0]!
+    await sql`update app.todos set body = body where user_id = ${author.id}` // carded now, whatever the property test left
+    const posted: string[] = []
+    for (let i = 0; i < 5; i++) {
+      const [row] = await sql`insert into app.todos (user_id, body) values (${author.id}, ${`old todo ${i} "quoted" \\ 🎉`}) returning id, number, card`
+      expect(row!.card, 'a new todo is carded on insert').toEqual((await sql`select app.todo_card(id, number, body, created_at, updated_at) as c from app.todos where id = ${row!.id}`)[0]!.c)
+      posted.push(row!.id as string)
+    }
+    const numbers = (await sql`select number from app.todos where id = any(${posted}::uuid[]) order by number`).map((r) => String(r.number))
+    const get = async (n: string) => {
+      const res = await world.get(`/v1/todos/${n}`, { auth: author.apiKey })
+      expect(res.status).toBe(200)
+      return { body: res.text, etag: res.headers.get('etag') }
+    }
+    const carded = await Promise.all(numbers.map(get))
+    // As they were before the column: no card (written without the triggers).
+    await sql.begin(async (tx) => {
+      await tx`set local session_replication_role = replica`
+      await tx`update app.todos set card = null`
+    })
+    const before = await sql`select id, updated_at from app.todos order by id`
+    expect(await Promise.all(numbers.map(get)), 'a todo without its card answers the same, rendered from its columns').toEqual(carded)
+
+    await sql`update app.todo_card_backfill set after_id = null, done = false`
+    let walked = 0
+    let statements = 0
+    for (;;) {
+      const [{ n }] = await sql`select app.render_todo_cards(3) as n` as unknown as [{ n: number }]
+      walked += n
+      statements++
+      if (n < 3) break
+    }
+    expect(walked).toBe(before.length)
+    expect(statements).toBe(Math.floor(before.length / 3) + 1)
+    const [state] = await sql`select done from app.todo_card_backfill`
+    expect(state!.done).toBe(true)
+    expect((await sql`select app.render_todo_cards(3) as n`)[0]!.n, 'once the walk is over').toBe(0)
+    expect(await sql`select id, updated_at from app.todos order by id`, 'the backfill is not an edit').toEqual(before)
+    const [{ wrong }] = await sql`select count(*)::int as wrong from app.todos
+                                   where card is distinct from app.todo_card(id, number, body, created_at, updated_at)` as unknown as [{ wrong: number }]
+    expect(wrong).toBe(0)
+    expect(await Promise.all(numbers.map(get))).toEqual(carded)
+
+    // The storage worker runs the walk; with nothing left it reports none.
+    await sql`update app.todo_card_backfill set after_id = null, done = false`
+    expect((await world.maintain()).walkedTodoCards).toBe(before.length)
+
+    // A member edits the body (the column they may write); the card follows. The card itself is not theirs to write.
+    await asMember(sql, { sub: author.id }, async (tx) => {
+      await tx`update app.todos set body = 'edited by hand' where id = ${posted[0]!}`
+      const [edited] = await tx`select card, app.todo_card(id, number, body, created_at, updated_at) as expected from app.todos where id = ${posted[0]!}`
+      expect(edited!.card).toContain('edited by hand')
+      expect(edited!.card).toBe(edited!.expected)
+      await expect(tx`update app.todos set card = '"id":"forged"' where id = ${posted[0]!}`).rejects.toThrow(/permission denied/)
+    })
+  })
 
   it("a member's text can never hold a URL marker: chr(1) in a body comes out escaped over HTTP, the URLs in place", async () => {
     const author = members[0]!

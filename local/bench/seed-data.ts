@@ -638,13 +638,14 @@ const STEPS: Step[] = [
     run: async (ctx) => {
       const { tx, options: o } = ctx
       // local_date: the creation moment in the author's zone; author_privacy: the author's
-      // privacy (both app.tg_todos__prepare).
+      // privacy (both app.tg_todos__prepare); card: app.tg_todos__render_card's.
       await chunked(ctx, o.todos, (from, to) => tx.unsafe(`
         insert into app.todos (id, number, user_id, body, local_date, author_privacy, project_id, reactions_count,
-                               comments_count, created_at, updated_at)
+                               comments_count, created_at, updated_at, card)
         overriding system value
         select s.id, s.i, s.user_id, s.body, (s.created_at at time zone s.time_zone)::date, u.privacy, tp.project_id,
-               coalesce(rc.n, 0), coalesce(cc.n, 0), s.created_at, s.created_at
+               coalesce(rc.n, 0), coalesce(cc.n, 0), s.created_at, s.created_at,
+               app.todo_card(s.id, s.i, s.body, s.created_at, s.created_at)
         from seed_todos s
         join app.users u on u.id = s.user_id
         left join seed_todo_project tp on tp.todo_i = s.i and tp.todo_i between ${from} and ${to}
@@ -654,6 +655,8 @@ const STEPS: Step[] = [
         order by s.i`))
       // Numbers are 1 … todos (the key on number is rebuilt at the end).
       await tx.unsafe(`select setval(pg_get_serial_sequence('app.todos', 'number'), ${Math.max(o.todos, 1)})`)
+      // Every todo is carded above: the storage worker's backfill has nothing to walk.
+      await tx.unsafe(`update app.todo_card_backfill set done = true`)
     },
   },
   {

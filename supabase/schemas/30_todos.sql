@@ -904,10 +904,8 @@ create trigger _090_author_is_fixed before update of user_id on app.todos
   for each row when (old.user_id is distinct from new.user_id)
   execute function app.tg_todos__author_is_fixed();
 
--- A copy changing is not an edit: updated_at keeps its value when only the copy moves.
-create trigger _110_set_updated_at before update on app.todos
-  for each row when (old.author_privacy is not distinct from new.author_privacy)
-  execute function app.tg__set_updated_at();
+-- _110_set_updated_at (updated_at on every edit, not on a copy of the author's privacy nor on the
+-- rendered card) is in 70_rendering.sql, after the card it reads.
 
 -- ============================================================================
 -- API functions

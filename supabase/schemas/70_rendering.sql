@@ -234,9 +234,10 @@ grant execute on function app.picture_urls(text, text, text, text, text) to auth
 -- and reaction joins the member's card by id when it is read (issue 27: a member with 100k todos
 -- must not rewrite 100k rows).
 -- What a todo's rendering is made of, and what keeps each part fresh:
---   its own fields (id, times, body, url) and counters (reactions_count, comments_count, kept
---     by the reaction and comment triggers of 40_social.sql): written out from the todo's row,
---     which the page reads anyway, so a reaction or comment changes nothing else;
+--   its own fields (id, times, body, url): app.todos.card (below), rendered by a trigger on the
+--     todo's row whenever they change (an edit; a reaction or comment moves updated_at);
+--   its counters (reactions_count, comments_count, kept by the reaction and comment triggers of
+--     40_social.sql): written out from the todo's row, which the page reads anyway;
 --   creator, reactors: app.users.card (above), with the viewer's flags and the streak added;
 --   projects: app.projects.card, with owner, makers and visible todos added for the viewer;
 --   mentioned users and projects: the mention rows (kept by the todos' _200_store_mentions
@@ -244,7 +245,6 @@ grant execute on function app.picture_urls(text, text, text, text, text) to auth
 --   attachments: app.uploads.card;
 --   the viewer's reactions and comments, and (expand=reactions) the newest 5 reactions the
 --     viewer may see: read for the viewer, they are never the same for two viewers.
--- Why the todo's own fields are not stored as a card too: docs/performance.md, *Render once*.
 
 create function app.user_card(id uuid, username text, first_name text, last_name text, bio text, location text, website_url text, time_zone text, privacy app.privacy, subscription_active boolean, avatar_key text, header_key text, header_color text, todos_count integer, followers_count integer, best_streak integer, created_at timestamptz, updated_at timestamptz)
 returns text
@@ -385,6 +385,114 @@ comment on column app.uploads.sniffed_type is 'What the stored file''s first byt
 create index uploads_uninspected_idx on app.uploads (stored_at) where ((sniffed_type is null) and (stored_at is not null));
 comment on column app.uploads.card is
   'Rendered on write (issue 27): the Attachment object (app.attachment_card), recomputed by every update of the row (attaching, measuring, the detected type).';
+
+-- A todo's own members, kept on write in app.todos.card. Not a generated column as the cards above:
+-- adding a stored generated column rewrites the whole table under an exclusive lock (10M rows
+-- at scale), while a plain column is added at once and filled by the trigger below on every
+-- insert and every update that changes what it shows; rows written before it are filled in
+-- the background (app.render_todo_cards, by the storage worker) and rendered from their columns
+-- until then (app.todos_text: coalesce), so no read waits for the backfill or sees a stale card.
+create function app.todo_card(id uuid, number bigint, body text, created_at timestamptz, updated_at timestamptz)
+returns text
+language sql
+stable
+parallel safe
+as $$
+  select '"id":"' || app.to_public_id('todo', id) || '"'
+    || ',"created_at":' || app.json_time(created_at)
+    || ',"updated_at":' || app.json_time(updated_at)
+    || ',"body":' || app.json_text(body)
+    || ',"url":"' || chr(2) || '/todos/' || number || '"'
+$$;
+comment on function app.todo_card(uuid, bigint, text, timestamp with time zone, timestamp with time zone) is
+  'The first members of a Todo''s JSON object, those that depend on the todo''s row alone (id, created_at, updated_at, body, url), as JSON text without braces, the URL with the web marker: what app.todos.card keeps, and what app.todos_text renders for a todo not carded yet. The url is written out (a number needs no escaping). Inlined (no SET clause, no table access; stable as app.json_text is): the trigger''s PL/pgSQL keeps it planned for the session, and a page substitutes it into its own statement for the rows not carded yet.';
+grant execute on function app.todo_card(uuid, bigint, text, timestamp with time zone, timestamp with time zone) to authenticated, service_role;
+
+alter table app.todos add column card text;
+comment on column app.todos.card is
+  'Rendered on write (issue 27): app.todo_card of this row, set by the _120_render_card triggers on insert and on every update of id, number, body, created_at or updated_at (updated_at moves with every edit, reaction and comment count: app.tg__set_updated_at). Null for a row written before the column existed, until app.render_todo_cards reaches it; app.todos_text renders such a row from its columns. Members cannot write it (no column grant), and a write of it is rendered again.';
+
+create function app.tg_todos__render_card()
+returns trigger
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  new.card := app.todo_card(new.id, new.number, new.body, new.created_at, new.updated_at);
+  return new;
+end;
+$$;
+comment on function app.tg_todos__render_card() is
+  'Before a todo is stored: its card (app.todos.card) from the row as it will be stored. After _110_set_updated_at (triggers fire in name order), so the card shows the updated_at the row gets.';
+-- What invalidates a todo's card, and what keeps it fresh: its own columns only. A body edit, a
+-- reaction or a comment (their counters update the row, which moves updated_at) re-render it in
+-- the same statement; a copy of the author's privacy (app.tg_users__propagate_privacy) changes
+-- none of them and costs no render. A statement writing the card itself (the backfill) is
+-- rendered again, so nothing but app.todo_card ever reaches the column.
+-- _110_set_updated_at moved here from 30_todos.sql: its condition reads the card.
+-- A copy changing is not an edit: updated_at keeps its value when only the copy moves, or only
+-- the card (the backfill).
+create trigger _110_set_updated_at before update on app.todos
+  for each row when (old.author_privacy is not distinct from new.author_privacy and old.card is not distinct from new.card)
+  execute function app.tg__set_updated_at();
+create trigger _120_render_card before insert on app.todos
+  for each row execute function app.tg_todos__render_card();
+create trigger _120_render_card_on_update before update on app.todos
+  for each row
+  when (new.card is null or new.card is distinct from old.card
+        or new.id is distinct from old.id or new.number is distinct from old.number
+        or new.body is distinct from old.body or new.created_at is distinct from old.created_at
+        or new.updated_at is distinct from old.updated_at)
+  execute function app.tg_todos__render_card();
+
+create table app.todo_card_backfill (
+  singleton  boolean primary key default true check (singleton),
+  after_id   uuid,
+  done       boolean not null default false
+);
+comment on table app.todo_card_backfill is
+  'Where app.render_todo_cards is in app.todos (by id): the todos written before app.todos.card existed are carded in id order, a batch at a time, after after_id; done once the walk reached the end (every row written since is carded on write). No policy and no grant: members never touch it; the backfill (security definer) does.';
+alter table app.todo_card_backfill enable row level security;
+insert into app.todo_card_backfill (singleton) values (true);
+
+create function app.render_todo_cards(batch integer)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  state app.todo_card_backfill;
+  walked_ids uuid[];
+  walked integer;
+  last_id uuid;
+begin
+  select * into state from app.todo_card_backfill for update;
+  if not found or state.done then
+    return 0;
+  end if;
+  select array_agg(b.id order by b.id) into walked_ids
+  from (select t.id from app.todos t where state.after_id is null or t.id > state.after_id order by t.id limit batch) b;
+  walked := coalesce(cardinality(walked_ids), 0);
+  last_id := walked_ids[walked];
+  if walked = 0 then
+    update app.todo_card_backfill set done = true;
+    return 0;
+  end if;
+  -- Rows already carded (written since the column exists) are skipped; the card is rendered by
+  -- the trigger, and updated_at stays (_110_set_updated_at skips an update of the card alone).
+  update app.todos t set card = app.todo_card(t.id, t.number, t.body, t.created_at, t.updated_at)
+  where (state.after_id is null or t.id > state.after_id) and t.id <= last_id
+    and t.card is null;
+  -- A short batch reached the end: the walk is over.
+  update app.todo_card_backfill set after_id = last_id, done = walked < batch;
+  return walked;
+end;
+$$;
+comment on function app.render_todo_cards(integer) is
+  'The background half of app.todos.card: cards up to `batch` todos written before the column existed, walking app.todos by id (a primary-key range per call, so a call costs the same at 10M rows) from where the last call stopped; returns how many todos it walked (fewer than batch: the walk is over, and a call then costs one row read). The storage worker calls it in short statements until a batch comes back short. The walk''s position is locked for the call, so two workers never card the same range twice. Security definer: the worker''s role need not write app.todos.';
 
 -- ============================================================================
 -- Users
@@ -760,8 +868,10 @@ begin
     with page as materialized (
       -- The columns the page shows, not the row: a todo's words (search) would be copied too.
       -- Visible: the todos policy's rule, on the author's privacy kept on the todo.
-      select t.id, t.user_id, t.project_id, t.created_at, t.updated_at, t.body, t.number,
-             t.reactions_count, t.comments_count, o.n
+      -- The card kept on write, or for a todo written before cards and not reached by the
+      -- backfill yet, the same members rendered from its columns.
+      select t.id, t.user_id, t.project_id, t.reactions_count, t.comments_count, o.n,
+             coalesce(t.card, app.todo_card(t.id, t.number, t.body, t.created_at, t.updated_at)) as card
       from unnest(ids) with ordinality o(id, n)
       join app.todos t on t.id = o.id
       where t.author_privacy = 'public' or t.user_id = viewer_id
@@ -782,7 +892,8 @@ begin
                         or (ru.privacy = 'protected' and exists (
                               select 1 from app.user_follows f where f.follower_id = viewer_id and f.followee_id = ru.id)))))
         order by r.created_at desc, r.id desc limit 5) l(r)
-      where expand_reactions
+      -- reactions_count counts every reaction of the todo: none, nothing to look up.
+      where expand_reactions and pt.reactions_count > 0
     ), people as materialized (
       select pe.id, pe.body from app.users_seen_by(viewer_id) pe
       where pe.id in (select pt.user_id from page pt union all select r.user_id from shown_reactions r)
@@ -803,20 +914,16 @@ begin
       where m.todo_id in (select pt.id from page pt) group by m.todo_id
     ), my_reactions as materialized (
       select r.todo_id, string_agg('{"id":"' || app.to_public_id('reac', r.id) || '"}', ',' order by r.created_at) as body
-      from app.reactions r where r.todo_id in (select pt.id from page pt) and r.user_id = viewer_id group by r.todo_id
+      from app.reactions r where r.todo_id in (select pt.id from page pt where pt.reactions_count > 0) and r.user_id = viewer_id group by r.todo_id
     ), my_comments as materialized (
       select c.todo_id, string_agg('{"id":"' || app.to_public_id('comm', c.id) || '"}', ',' order by c.created_at, c.id) as body
-      from app.comments c where c.todo_id in (select pt.id from page pt) and c.user_id = viewer_id group by c.todo_id
+      from app.comments c where c.todo_id in (select pt.id from page pt where pt.comments_count > 0) and c.user_id = viewer_id group by c.todo_id
     ), expanded as materialized (
       select r.todo_id, string_agg(app.reaction_text(r.reaction, ru.body), ',' order by r.created_at desc, r.id desc) as body
       from shown_reactions r join people ru on ru.id = r.user_id group by r.todo_id
     )
     select '[' || string_agg(
-        '{"id":"' || app.to_public_id('todo', t.id) || '"'
-        || ',"created_at":' || app.json_time(t.created_at)
-        || ',"updated_at":' || app.json_time(t.updated_at)
-        || ',"body":' || app.json_text(t.body)
-        || ',"url":' || app.json_url(chr(2), '/todos/' || t.number)
+        '{' || t.card
         || ',"attachments":[' || coalesce(a.body, '') || ']'
         || ',"creator":' || c.body
         || ',"creator_id":"' || app.to_public_id('user', t.user_id) || '"'
@@ -842,7 +949,7 @@ begin
 end;
 $$;
 comment on function app.todos_text(uuid[], boolean) is
-  'The todos with these ids that the current viewer may see, as the API renders them, in the order of ids: a JSON array as text with URL markers (app.resolve_urls), null when none. Concatenated from the renderings kept on write (the creators'', reactors'', projects'' and mentions'' cards, the attachments'') and the todo''s own columns, with what depends on the viewer added here, in this one statement (creators, reactors and projects joined from app.users_seen_by and app.projects_seen_by, substituted into it: issue 27): the creator''s and reactors'' follow flags and streaks, the owning project''s makers and visible todos, which mentioned projects the viewer may see, the viewer''s reactions and comments and (expand_reactions) the newest 5 reactions the viewer may see; each read once for the whole set. A reaction is its reactor''s activity: shown to the todo''s owner, the reactor, and whoever may see the reactor''s content (app.can_see_comment''s rule: public everyone, protected followers, private nobody else); reactions_count still counts every reaction. Security definer so related rows are not filtered by a policy per row: visibility is the todos policy''s rule on each todo''s author_privacy (written out, not app.can_see_member_content per author: a function call each), the reactor rule on each candidate reaction (a primary-key lookup of its reactor unless the viewer owns the todo or the reaction, no function call) and app.can_see_project for projects; mentions and attachments are visible with their todo, and the viewer''s own comments on a visible todo are visible to them (app.can_see_comment). Acts only for auth.uid().';
+  'The todos with these ids that the current viewer may see, as the API renders them, in the order of ids: a JSON array as text with URL markers (app.resolve_urls), null when none. Concatenated from the renderings kept on write (the todo''s own card, app.todos.card, or for a todo the backfill has not reached the same text from its columns; the creators'', reactors'', projects'' and mentions'' cards, the attachments'') and the todo''s counters, with what depends on the viewer added here, in this one statement (creators, reactors and projects joined from app.users_seen_by and app.projects_seen_by, substituted into it: issue 27): the creator''s and reactors'' follow flags and streaks, the owning project''s makers and visible todos, which mentioned projects the viewer may see, the viewer''s reactions and comments and (expand_reactions) the newest 5 reactions the viewer may see; each read once for the whole set. A reaction is its reactor''s activity: shown to the todo''s owner, the reactor, and whoever may see the reactor''s content (app.can_see_comment''s rule: public everyone, protected followers, private nobody else); reactions_count still counts every reaction. Security definer so related rows are not filtered by a policy per row: visibility is the todos policy''s rule on each todo''s author_privacy (written out, not app.can_see_member_content per author: a function call each), the reactor rule on each candidate reaction (a primary-key lookup of its reactor unless the viewer owns the todo or the reaction, no function call) and app.can_see_project for projects; mentions and attachments are visible with their todo, and the viewer''s own comments on a visible todo are visible to them (app.can_see_comment). Acts only for auth.uid().';
 grant execute on function app.todos_text(uuid[], boolean) to authenticated, service_role;
 
 create function app.todos_json(ids uuid[], expand_reactions boolean)
