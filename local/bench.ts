@@ -290,15 +290,15 @@ async function ensureDataset(config: Config, serverUrl: string, label: Dataset['
  */
 async function finishBackfills(sql: Sql): Promise<void> {
   const started = performance.now()
-  let walked = 0
+  let carded = 0
   for (;;) {
-    const [row] = await sql`select app.render_todo_cards(50000) as n`
-    walked += Number(row?.n ?? 0)
-    if (Number(row?.n ?? 0) < 50000) break
+    const [walk] = await sql<{ carded: number; done: boolean }[]>`select carded, done from app.render_todo_cards(4096)`
+    carded += Number(walk?.carded ?? 0)
+    if (walk?.done !== false) break
   }
-  if (walked === 0) return
+  if (carded === 0) return
   await sql`vacuum (analyze) app.todos`
-  log(`  carded the ${walked.toLocaleString('en-US')} todos written before app.todos.card, as the storage worker would (${((performance.now() - started) / 1000).toFixed(1)} s)`)
+  log(`  carded the ${carded.toLocaleString('en-US')} todos written before app.todos.card, as the storage worker would (${((performance.now() - started) / 1000).toFixed(1)} s)`)
 }
 
 /** The small data set of the scale comparison, cut from `large` (local/bench/subset.ts). */
@@ -325,6 +325,12 @@ async function ensureSubset(config: Config, serverUrl: string, large: Dataset, t
     log(`Data set ${name}: ${fixture.counts.todos?.toLocaleString('en-US')} todos, cut from the current large data set.`)
   }
   await migrateDatabase(url)
+  const sql = postgres(url, { max: 1, onnotice: () => {} })
+  try {
+    await finishBackfills(sql)
+  } finally {
+    await sql.end({ timeout: 5 })
+  }
   await writeFixtureFile(config.dataDir, name, fixture)
   return { label: 'small', name, url, fixture }
 }

@@ -5,8 +5,7 @@
 // Beside the files, it seals the hours of todos that are over (app.seal_todo_hours), so the
 // date filters of GET /v1/todos count from sums of hours (issue 26), and forgets the stored
 // answers of idempotency keys once their 24 hours are over (issue 29), and keeps the retention
-// of webhook delivery logs and spent notifications (issue 28; docs/reliability.md, "Retention"),
-// and cards the todos written before their rendering was kept on write (issue 27).
+// of webhook delivery logs and spent notifications (issue 28; docs/reliability.md, "Retention").
 // `npm start` runs it every minute; on Supabase, pg_cron calls POST /internal/maintenance.
 import type { Sql } from 'postgres'
 import { inspectStored } from './inspect.ts'
@@ -26,8 +25,6 @@ export interface MaintenanceResult {
   prunedWebhookEvents: number
   /** Read or hidden notifications older than SPENT_NOTIFICATIONS_KEPT_DAYS, deleted (app.prune_notifications). */
   prunedNotifications: number
-  /** Todos written before app.todos.card existed, walked by the backfill of their cards (app.render_todo_cards). */
-  walkedTodoCards: number
 }
 
 /** How long the webhook delivery log is kept (each new todo's body and its delivery rows). */
@@ -38,11 +35,6 @@ export const SPENT_NOTIFICATIONS_KEPT_DAYS = 90
 export const PRUNE_BATCH = 1_000
 /** …and statements of each kind one run makes at most: a backlog (the first run after an upgrade) goes over several minutes, never in one long run. */
 export const PRUNE_BATCHES_PER_RUN = 10
-
-/** Todos one statement of the cards' backfill walks (a primary-key range: about 70 ms of writes on 2 cores, far from the statement timeout)… */
-export const TODO_CARD_BATCH = 2_000
-/** …and statements one run makes at most: 50,000 todos a minute, 10M in under four hours. */
-export const TODO_CARD_BATCHES_PER_RUN = 25
 
 const BATCH = 100
 /** Expired idempotency keys deleted per statement. */
@@ -105,16 +97,6 @@ export async function runStorageMaintenance(sql: Sql, storage: FileStorage, stal
       console.error('reading a stored file failed:', (err as Error).message)
     }
   }
-  // The cards of todos written before app.todos.card existed (issue 27), a primary-key range per
-  // statement; they render from their columns until then. Last: an edge function deployed
-  // before its migration fails here, after the rest is done.
-  let walkedTodoCards = 0
-  for (let i = 0; i < TODO_CARD_BATCHES_PER_RUN; i++) {
-    const [walked] = await sql`select app.render_todo_cards(${TODO_CARD_BATCH}) as n`
-    const n = Number(walked?.n ?? 0)
-    walkedTodoCards += n
-    if (n < TODO_CARD_BATCH) break
-  }
   return { removedUploads: Number(stale?.removed ?? 0), deletedFiles, measuredImages, sealedHours: Number(sealed?.hours ?? 0), forgottenIdempotencyKeys,
-    prunedWebhookEvents, prunedNotifications, walkedTodoCards }
+    prunedWebhookEvents, prunedNotifications }
 }

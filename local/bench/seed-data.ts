@@ -645,7 +645,7 @@ const STEPS: Step[] = [
         overriding system value
         select s.id, s.i, s.user_id, s.body, (s.created_at at time zone s.time_zone)::date, u.privacy, tp.project_id,
                coalesce(rc.n, 0), coalesce(cc.n, 0), s.created_at, s.created_at,
-               app.todo_card(s.id, s.i, s.body, s.created_at, s.created_at)
+               app.todo_card(s.id, s.created_at, s.created_at)
         from seed_todos s
         join app.users u on u.id = s.user_id
         left join seed_todo_project tp on tp.todo_i = s.i and tp.todo_i between ${from} and ${to}

@@ -93,6 +93,11 @@ export async function measureWriteCost(options: {
   const rounds = options.rounds ?? 3
   const log = options.log ?? (() => {})
   const triggers = await findTriggers(options.admin, options.triggers)
+  // These rounds commit: with a card trigger off, the todos they touch would keep a stale card.
+  const rendering = triggers.filter((t) => t.table === 'app.todos' && t.name.startsWith('_120_render_card'))
+  if (rendering.length > 0) {
+    throw new Error(`--write-cost-http: ${rendering.map((t) => t.name).join(', ')} keep app.todos.card; their HTTP rounds would commit stale cards. Measure them with --render-cost (rolled back).`)
+  }
   const measured: { endpoint: string; scenario: WriteCostRun['scenario']; m: Measurement }[] = []
   try {
     for (let round = 0; round < rounds; round++) {

@@ -234,8 +234,9 @@ grant execute on function app.picture_urls(text, text, text, text, text) to auth
 -- and reaction joins the member's card by id when it is read (issue 27: a member with 100k todos
 -- must not rewrite 100k rows).
 -- What a todo's rendering is made of, and what keeps each part fresh:
---   its own fields (id, times, body, url): app.todos.card (below), rendered by a trigger on the
---     todo's row whenever they change (an edit; a reaction or comment moves updated_at);
+--   its id and times: app.todos.card (below), rendered by a trigger on the todo's row whenever
+--     they change (an edit, a reaction or a comment moves updated_at); its body and url are
+--     written out from the row, which the page reads anyway;
 --   its counters (reactions_count, comments_count, kept by the reaction and comment triggers of
 --     40_social.sql): written out from the todo's row, which the page reads anyway;
 --   creator, reactors: app.users.card (above), with the viewer's flags and the streak added;
@@ -389,10 +390,13 @@ comment on column app.uploads.card is
 -- A todo's own members, kept on write in app.todos.card. Not a generated column as the cards above:
 -- adding a stored generated column rewrites the whole table under an exclusive lock (10M rows
 -- at scale), while a plain column is added at once and filled by the trigger below on every
--- insert and every update that changes what it shows; rows written before it are filled in
--- the background (app.render_todo_cards, by the storage worker) and rendered from their columns
--- until then (app.todos_text: coalesce), so no read waits for the backfill or sees a stale card.
-create function app.todo_card(id uuid, number bigint, body text, created_at timestamptz, updated_at timestamptz)
+-- insert and every update that changes what it shows. Rows written before it render from their
+-- columns (app.todos_text: coalesce) until they are next written or an operator runs the backfill
+-- (app.render_todo_cards), so no read waits for a backfill or sees a stale card.
+-- The body is not in it: it would be stored twice, and a long body (10,000 characters) written
+-- again, out of line, by every reaction and comment (they move updated_at); escaping it as a read
+-- costs about a microsecond.
+create function app.todo_card(id uuid, created_at timestamptz, updated_at timestamptz)
 returns text
 language sql
 stable
@@ -401,16 +405,14 @@ as $$
   select '"id":"' || app.to_public_id('todo', id) || '"'
     || ',"created_at":' || app.json_time(created_at)
     || ',"updated_at":' || app.json_time(updated_at)
-    || ',"body":' || app.json_text(body)
-    || ',"url":"' || chr(2) || '/todos/' || number || '"'
 $$;
-comment on function app.todo_card(uuid, bigint, text, timestamp with time zone, timestamp with time zone) is
-  'The first members of a Todo''s JSON object, those that depend on the todo''s row alone (id, created_at, updated_at, body, url), as JSON text without braces, the URL with the web marker: what app.todos.card keeps, and what app.todos_text renders for a todo not carded yet. The url is written out (a number needs no escaping). Inlined (no SET clause, no table access; stable as app.json_text is): the trigger''s PL/pgSQL keeps it planned for the session, and a page substitutes it into its own statement for the rows not carded yet.';
-grant execute on function app.todo_card(uuid, bigint, text, timestamp with time zone, timestamp with time zone) to authenticated, service_role;
+comment on function app.todo_card(uuid, timestamp with time zone, timestamp with time zone) is
+  'The first members of a Todo''s JSON object, those that depend on the todo''s row alone and cost most to write out (id, created_at, updated_at), as JSON text without braces: what app.todos.card keeps, and what app.todos_text renders for a todo not carded yet. A change to it needs the cards rendered again: a migration that resets app.todo_card_backfill (the walk renders every card that differs), and until the walk has passed, reads would show the old form. Inlined (no SET clause, no table access; stable as app.json_time is): the trigger''s PL/pgSQL keeps it planned for the session, and a page substitutes it into its own statement for the rows not carded yet.';
+grant execute on function app.todo_card(uuid, timestamp with time zone, timestamp with time zone) to authenticated, service_role;
 
 alter table app.todos add column card text;
 comment on column app.todos.card is
-  'Rendered on write (issue 27): app.todo_card of this row, set by the _120_render_card triggers on insert and on every update of id, number, body, created_at or updated_at (updated_at moves with every edit, reaction and comment count: app.tg__set_updated_at). Null for a row written before the column existed, until app.render_todo_cards reaches it; app.todos_text renders such a row from its columns. Members cannot write it (no column grant), and a write of it is rendered again.';
+  'Rendered on write (issue 27): app.todo_card of this row, set by the _120_render_card triggers on insert and on every update of id, created_at or updated_at (updated_at moves with every edit, reaction and comment count: app.tg__set_updated_at). Null for a row written before the column existed until the row is next written (a reaction, a comment or an edit cards it) or an operator runs the backfill (app.render_todo_cards); app.todos_text renders such a row from its columns. Members cannot write it (no column grant), and a write of it is rendered again.';
 
 create function app.tg_todos__render_card()
 returns trigger
@@ -419,45 +421,44 @@ volatile
 set search_path = ''
 as $$
 begin
-  new.card := app.todo_card(new.id, new.number, new.body, new.created_at, new.updated_at);
+  new.card := app.todo_card(new.id, new.created_at, new.updated_at);
   return new;
 end;
 $$;
 comment on function app.tg_todos__render_card() is
   'Before a todo is stored: its card (app.todos.card) from the row as it will be stored. After _110_set_updated_at (triggers fire in name order), so the card shows the updated_at the row gets.';
--- What invalidates a todo's card, and what keeps it fresh: its own columns only. A body edit, a
+-- What invalidates a todo's card, and what keeps it fresh: its own columns only. An edit, a
 -- reaction or a comment (their counters update the row, which moves updated_at) re-render it in
 -- the same statement; a copy of the author's privacy (app.tg_users__propagate_privacy) changes
 -- none of them and costs no render. A statement writing the card itself (the backfill) is
 -- rendered again, so nothing but app.todo_card ever reaches the column.
 -- _110_set_updated_at moved here from 30_todos.sql: its condition reads the card.
 -- A copy changing is not an edit: updated_at keeps its value when only the copy moves, or only
--- the card (the backfill).
+-- the card (the backfill); a statement that writes the card and the body is an edit.
 create trigger _110_set_updated_at before update on app.todos
-  for each row when (old.author_privacy is not distinct from new.author_privacy and old.card is not distinct from new.card)
+  for each row when (old.author_privacy is not distinct from new.author_privacy
+                     and (old.card is not distinct from new.card or old.body is distinct from new.body))
   execute function app.tg__set_updated_at();
 create trigger _120_render_card before insert on app.todos
   for each row execute function app.tg_todos__render_card();
 create trigger _120_render_card_on_update before update on app.todos
   for each row
   when (new.card is null or new.card is distinct from old.card
-        or new.id is distinct from old.id or new.number is distinct from old.number
-        or new.body is distinct from old.body or new.created_at is distinct from old.created_at
+        or new.id is distinct from old.id or new.created_at is distinct from old.created_at
         or new.updated_at is distinct from old.updated_at)
   execute function app.tg_todos__render_card();
 
 create table app.todo_card_backfill (
-  singleton  boolean primary key default true check (singleton),
-  after_id   uuid,
-  done       boolean not null default false
+  singleton   boolean primary key default true check (singleton),
+  next_block  bigint not null default 0,
+  done        boolean not null default false
 );
 comment on table app.todo_card_backfill is
-  'Where app.render_todo_cards is in app.todos (by id): the todos written before app.todos.card existed are carded in id order, a batch at a time, after after_id; done once the walk reached the end (every row written since is carded on write). No policy and no grant: members never touch it; the backfill (security definer) does.';
+  'Where app.render_todo_cards is in app.todos: the next heap block of its walk, in physical order; done once the walk passed the table''s last block (every row written or moved since is carded on write). An update setting next_block = 0, done = false walks the table again (after a change of app.todo_card). No policy and no grant: members never touch it; the backfill (security definer) does.';
 alter table app.todo_card_backfill enable row level security;
 insert into app.todo_card_backfill (singleton) values (true);
 
-create function app.render_todo_cards(batch integer)
-returns integer
+create function app.render_todo_cards(blocks integer, out carded integer, out done boolean)
 language plpgsql
 volatile
 security definer
@@ -465,34 +466,37 @@ set search_path = ''
 as $$
 declare
   state app.todo_card_backfill;
-  walked_ids uuid[];
-  walked integer;
-  last_id uuid;
+  table_blocks bigint;
+  stale tid[];
 begin
+  if blocks is null or blocks < 1 then
+    raise exception 'app.render_todo_cards: blocks must be a positive number of heap blocks, not %', blocks;
+  end if;
   select * into state from app.todo_card_backfill for update;
   if not found or state.done then
-    return 0;
+    carded := 0;
+    done := true;
+    return;
   end if;
-  select array_agg(b.id order by b.id) into walked_ids
-  from (select t.id from app.todos t where state.after_id is null or t.id > state.after_id order by t.id limit batch) b;
-  walked := coalesce(cardinality(walked_ids), 0);
-  last_id := walked_ids[walked];
-  if walked = 0 then
-    update app.todo_card_backfill set done = true;
-    return 0;
-  end if;
-  -- Rows already carded (written since the column exists) are skipped; the card is rendered by
-  -- the trigger, and updated_at stays (_110_set_updated_at skips an update of the card alone).
-  update app.todos t set card = app.todo_card(t.id, t.number, t.body, t.created_at, t.updated_at)
-  where (state.after_id is null or t.id > state.after_id) and t.id <= last_id
-    and t.card is null;
-  -- A short batch reached the end: the walk is over.
-  update app.todo_card_backfill set after_id = last_id, done = walked < batch;
-  return walked;
+  table_blocks := pg_relation_size('app.todos') / current_setting('block_size')::bigint;
+  -- The rows of the next blocks whose card is missing or not app.todo_card's, each locked unless
+  -- a writer holds it (skip locked: the backfill never waits for a member's write nor takes part
+  -- in a deadlock with one; a skipped row is carded by that write, or by a later walk).
+  stale := array(
+    select t.ctid from app.todos t
+    where t.ctid >= format('(%s,0)', state.next_block)::tid and t.ctid < format('(%s,0)', state.next_block + blocks)::tid
+      and t.card is distinct from app.todo_card(t.id, t.created_at, t.updated_at)
+    for update skip locked);
+  -- The card is rendered again by the trigger, and updated_at stays (_110_set_updated_at skips an
+  -- update of the card alone).
+  update app.todos t set card = app.todo_card(t.id, t.created_at, t.updated_at) where t.ctid = any (stale);
+  get diagnostics carded = row_count;
+  done := state.next_block + blocks >= table_blocks;
+  update app.todo_card_backfill set next_block = state.next_block + blocks, done = render_todo_cards.done;
 end;
 $$;
 comment on function app.render_todo_cards(integer) is
-  'The background half of app.todos.card: cards up to `batch` todos written before the column existed, walking app.todos by id (a primary-key range per call, so a call costs the same at 10M rows) from where the last call stopped; returns how many todos it walked (fewer than batch: the walk is over, and a call then costs one row read). The storage worker calls it in short statements until a batch comes back short. The walk''s position is locked for the call, so two workers never card the same range twice. Security definer: the worker''s role need not write app.todos.';
+  'The background half of app.todos.card: renders the cards missing (todos written before the column) or not app.todo_card''s in the next `blocks` heap blocks of app.todos, walking the table in physical order from where the last call stopped (a TID range per call: each page is read and dirtied once, so the walk writes about one full-page image per page, not one per row as an id order would, and costs the same at 10M rows); returns how many it carded and whether the walk is over (then a call costs one row read). Rows a concurrent write holds are skipped, not waited for. An operator calls it in short statements until done (docs/deploy.md), not the storage worker: rewriting every old todo costs about 3.3 KB of WAL a todo (its index entries) and grows the table until vacuum, which the rare reads of old todos do not pay back; they render from their columns meanwhile. The walk''s position is locked for the call, so two sessions never walk the same blocks. Security definer, executable by nobody but the owner.';
 
 -- ============================================================================
 -- Users
@@ -870,8 +874,8 @@ begin
       -- Visible: the todos policy's rule, on the author's privacy kept on the todo.
       -- The card kept on write, or for a todo written before cards and not reached by the
       -- backfill yet, the same members rendered from its columns.
-      select t.id, t.user_id, t.project_id, t.reactions_count, t.comments_count, o.n,
-             coalesce(t.card, app.todo_card(t.id, t.number, t.body, t.created_at, t.updated_at)) as card
+      select t.id, t.user_id, t.project_id, t.body, t.number, t.reactions_count, t.comments_count, o.n,
+             coalesce(t.card, app.todo_card(t.id, t.created_at, t.updated_at)) as card
       from unnest(ids) with ordinality o(id, n)
       join app.todos t on t.id = o.id
       where t.author_privacy = 'public' or t.user_id = viewer_id
@@ -924,6 +928,8 @@ begin
     )
     select '[' || string_agg(
         '{' || t.card
+        || ',"body":' || app.json_text(t.body)
+        || ',"url":"' || chr(2) || '/todos/' || t.number || '"'
         || ',"attachments":[' || coalesce(a.body, '') || ']'
         || ',"creator":' || c.body
         || ',"creator_id":"' || app.to_public_id('user', t.user_id) || '"'
@@ -949,7 +955,7 @@ begin
 end;
 $$;
 comment on function app.todos_text(uuid[], boolean) is
-  'The todos with these ids that the current viewer may see, as the API renders them, in the order of ids: a JSON array as text with URL markers (app.resolve_urls), null when none. Concatenated from the renderings kept on write (the todo''s own card, app.todos.card, or for a todo the backfill has not reached the same text from its columns; the creators'', reactors'', projects'' and mentions'' cards, the attachments'') and the todo''s counters, with what depends on the viewer added here, in this one statement (creators, reactors and projects joined from app.users_seen_by and app.projects_seen_by, substituted into it: issue 27): the creator''s and reactors'' follow flags and streaks, the owning project''s makers and visible todos, which mentioned projects the viewer may see, the viewer''s reactions and comments and (expand_reactions) the newest 5 reactions the viewer may see; each read once for the whole set. A reaction is its reactor''s activity: shown to the todo''s owner, the reactor, and whoever may see the reactor''s content (app.can_see_comment''s rule: public everyone, protected followers, private nobody else); reactions_count still counts every reaction. Security definer so related rows are not filtered by a policy per row: visibility is the todos policy''s rule on each todo''s author_privacy (written out, not app.can_see_member_content per author: a function call each), the reactor rule on each candidate reaction (a primary-key lookup of its reactor unless the viewer owns the todo or the reaction, no function call) and app.can_see_project for projects; mentions and attachments are visible with their todo, and the viewer''s own comments on a visible todo are visible to them (app.can_see_comment). Acts only for auth.uid().';
+  'The todos with these ids that the current viewer may see, as the API renders them, in the order of ids: a JSON array as text with URL markers (app.resolve_urls), null when none. Concatenated from the renderings kept on write (the todo''s own card, app.todos.card, or for a todo the backfill has not reached the same text from its columns; the creators'', reactors'', projects'' and mentions'' cards, the attachments'') and the todo''s body, url and counters, with what depends on the viewer added here, in this one statement (creators, reactors and projects joined from app.users_seen_by and app.projects_seen_by, substituted into it: issue 27): the creator''s and reactors'' follow flags and streaks, the owning project''s makers and visible todos, which mentioned projects the viewer may see, the viewer''s reactions and comments and (expand_reactions) the newest 5 reactions the viewer may see; each read once for the whole set. A reaction is its reactor''s activity: shown to the todo''s owner, the reactor, and whoever may see the reactor''s content (app.can_see_comment''s rule: public everyone, protected followers, private nobody else); reactions_count still counts every reaction. Security definer so related rows are not filtered by a policy per row: visibility is the todos policy''s rule on each todo''s author_privacy (written out, not app.can_see_member_content per author: a function call each), the reactor rule on each candidate reaction (a primary-key lookup of its reactor unless the viewer owns the todo or the reaction, no function call) and app.can_see_project for projects; mentions and attachments are visible with their todo, and the viewer''s own comments on a visible todo are visible to them (app.can_see_comment). Acts only for auth.uid().';
 grant execute on function app.todos_text(uuid[], boolean) to authenticated, service_role;
 
 create function app.todos_json(ids uuid[], expand_reactions boolean)
