@@ -80,6 +80,7 @@ describe('conventions, from the catalog', () => {
       'app.resolve_urls(text)',
       'app.resolve_urls_at(text,text)',
       'app.to_public_id(text,uuid)',
+      'app.todo_card(uuid,timestamp with time zone,timestamp with time zone)',
       'app.todo_total_shard(uuid)',
       'app.user_json_body(app.users,date,uuid,text,boolean,boolean,boolean)',
       'app.user_mention_text(text)',

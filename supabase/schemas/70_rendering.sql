@@ -407,7 +407,7 @@ as $$
     || ',"updated_at":' || app.json_time(updated_at)
 $$;
 comment on function app.todo_card(uuid, timestamp with time zone, timestamp with time zone) is
-  'The first members of a Todo''s JSON object, those that depend on the todo''s row alone and cost most to write out (id, created_at, updated_at), as JSON text without braces: what app.todos.card keeps, and what app.todos_text renders for a todo not carded yet. A change to it needs the cards rendered again: a migration that resets app.todo_card_backfill (the walk renders every card that differs), and until the walk has passed, reads would show the old form. Inlined (no SET clause, no table access; stable as app.json_time is): the trigger''s PL/pgSQL keeps it planned for the session, and a page substitutes it into its own statement for the rows not carded yet.';
+  'Inlined (no SET clause, no table access; stable as app.json_time is). The first members of a Todo''s JSON object, those that depend on the todo''s row alone and cost most to write out (id, created_at, updated_at), as JSON text without braces: what app.todos.card keeps, and what app.todos_text renders for a todo not carded yet. A change to it needs the cards rendered again: a migration that resets app.todo_card_backfill (the walk renders every card that differs), and until the walk has passed, reads would show the old form. The trigger''s PL/pgSQL keeps it planned for the session, and a page substitutes it into its own statement for the rows not carded yet.';
 grant execute on function app.todo_card(uuid, timestamp with time zone, timestamp with time zone) to authenticated, service_role;
 
 alter table app.todos add column card text;
