@@ -284,9 +284,9 @@ async function ensureDataset(config: Config, serverUrl: string, label: Dataset['
 }
 
 /**
- * What the storage worker does in the background after a deploy, done before measuring: a data
- * set migrated since its seed is measured as production runs once the worker caught up (issue 27:
- * the todos' cards, app.render_todo_cards), not in the hours between.
+ * The optional backfill of issue 27's todo cards (app.render_todo_cards, an operator's step:
+ * docs/deploy.md), done before measuring a data set migrated since its seed: the pages the bench
+ * reads are of todos written after a deploy in production, and those are carded on write.
  */
 async function finishBackfills(sql: Sql): Promise<void> {
   const started = performance.now()
@@ -298,7 +298,7 @@ async function finishBackfills(sql: Sql): Promise<void> {
   }
   if (carded === 0) return
   await sql`vacuum (analyze) app.todos`
-  log(`  carded the ${carded.toLocaleString('en-US')} todos written before app.todos.card, as the storage worker would (${((performance.now() - started) / 1000).toFixed(1)} s)`)
+  log(`  carded the ${carded.toLocaleString('en-US')} todos written before app.todos.card (the optional backfill, docs/deploy.md: ${((performance.now() - started) / 1000).toFixed(1)} s)`)
 }
 
 /** The small data set of the scale comparison, cut from `large` (local/bench/subset.ts). */

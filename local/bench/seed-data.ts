@@ -655,7 +655,7 @@ const STEPS: Step[] = [
         order by s.i`))
       // Numbers are 1 … todos (the key on number is rebuilt at the end).
       await tx.unsafe(`select setval(pg_get_serial_sequence('app.todos', 'number'), ${Math.max(o.todos, 1)})`)
-      // Every todo is carded above: the storage worker's backfill has nothing to walk.
+      // Every todo is carded above: the cards' backfill has nothing to walk.
       await tx.unsafe(`update app.todo_card_backfill set done = true`)
     },
   },

@@ -430,8 +430,8 @@ comment on function app.tg_todos__render_card() is
 -- What invalidates a todo's card, and what keeps it fresh: its own columns only. An edit, a
 -- reaction or a comment (their counters update the row, which moves updated_at) re-render it in
 -- the same statement; a copy of the author's privacy (app.tg_users__propagate_privacy) changes
--- none of them and costs no render. A statement writing the card itself (the backfill) is
--- rendered again, so nothing but app.todo_card ever reaches the column.
+-- none of them and renders nothing (but a missing card). A statement writing the card itself
+-- (the backfill) is rendered again, so nothing but app.todo_card ever reaches the column.
 -- _110_set_updated_at moved here from 30_todos.sql: its condition reads the card.
 -- A copy changing is not an edit: updated_at keeps its value when only the copy moves, or only
 -- the card (the backfill); a statement that writes the card and the body is an edit.
@@ -451,10 +451,11 @@ create trigger _120_render_card_on_update before update on app.todos
 create table app.todo_card_backfill (
   singleton   boolean primary key default true check (singleton),
   next_block  bigint not null default 0,
+  skipped     boolean not null default false,
   done        boolean not null default false
 );
 comment on table app.todo_card_backfill is
-  'Where app.render_todo_cards is in app.todos: the next heap block of its walk, in physical order; done once the walk passed the table''s last block (every row written or moved since is carded on write). An update setting next_block = 0, done = false walks the table again (after a change of app.todo_card). No policy and no grant: members never touch it; the backfill (security definer) does.';
+  'Where app.render_todo_cards is in app.todos: the next heap block of its walk, in physical order; skipped: this pass left a row a concurrent transaction held (the walk then starts again from the first block when it reaches the end); done once a pass reached the table''s last block without skipping any (every row written or moved since is carded on write). An update setting next_block = 0, skipped = false, done = false walks the table again (after a change of app.todo_card). No policy and no grant: members never touch it; the backfill (security definer) does.';
 alter table app.todo_card_backfill enable row level security;
 insert into app.todo_card_backfill (singleton) values (true);
 
@@ -467,7 +468,11 @@ as $$
 declare
   state app.todo_card_backfill;
   table_blocks bigint;
+  range_start tid;
+  range_end tid;
   stale tid[];
+  differing integer;
+  any_skipped boolean;
 begin
   if blocks is null or blocks < 1 then
     raise exception 'app.render_todo_cards: blocks must be a positive number of heap blocks, not %', blocks;
@@ -479,24 +484,41 @@ begin
     return;
   end if;
   table_blocks := pg_relation_size('app.todos') / current_setting('block_size')::bigint;
+  range_start := format('(%s,0)', state.next_block)::tid;
+  range_end := format('(%s,0)', state.next_block + blocks)::tid;
   -- The rows of the next blocks whose card is missing or not app.todo_card's, each locked unless
-  -- a writer holds it (skip locked: the backfill never waits for a member's write nor takes part
-  -- in a deadlock with one; a skipped row is carded by that write, or by a later walk).
+  -- a transaction holds it (skip locked: the backfill never waits for a member's write nor takes
+  -- part in a deadlock with one). No key update, as the update takes: a reaction or an upload
+  -- naming the todo (a key-share lock) does not wait for the walk either.
   stale := array(
     select t.ctid from app.todos t
-    where t.ctid >= format('(%s,0)', state.next_block)::tid and t.ctid < format('(%s,0)', state.next_block + blocks)::tid
+    where t.ctid >= range_start and t.ctid < range_end
       and t.card is distinct from app.todo_card(t.id, t.created_at, t.updated_at)
-    for update skip locked);
+    for no key update skip locked);
   -- The card is rendered again by the trigger, and updated_at stays (_110_set_updated_at skips an
   -- update of the card alone).
   update app.todos t set card = app.todo_card(t.id, t.created_at, t.updated_at) where t.ctid = any (stale);
   get diagnostics carded = row_count;
-  done := state.next_block + blocks >= table_blocks;
-  update app.todo_card_backfill set next_block = state.next_block + blocks, done = render_todo_cards.done;
+  -- A held row may stay as it is (a privacy copy, an upload's key share, a rolled-back edit do not
+  -- render it): when this range had more rows to card than were locked, the pass goes round again.
+  select count(*) into differing from app.todos t
+  where t.ctid >= range_start and t.ctid < range_end
+    and t.card is distinct from app.todo_card(t.id, t.created_at, t.updated_at);
+  any_skipped := state.skipped or differing > 0;
+  if state.next_block + blocks < table_blocks then
+    done := false;
+    update app.todo_card_backfill set next_block = state.next_block + blocks, skipped = any_skipped;
+  elsif any_skipped then
+    done := false;
+    update app.todo_card_backfill set next_block = 0, skipped = false;
+  else
+    done := true;
+    update app.todo_card_backfill set next_block = state.next_block + blocks, done = true;
+  end if;
 end;
 $$;
 comment on function app.render_todo_cards(integer) is
-  'The background half of app.todos.card: renders the cards missing (todos written before the column) or not app.todo_card''s in the next `blocks` heap blocks of app.todos, walking the table in physical order from where the last call stopped (a TID range per call: each page is read and dirtied once, so the walk writes about one full-page image per page, not one per row as an id order would, and costs the same at 10M rows); returns how many it carded and whether the walk is over (then a call costs one row read). Rows a concurrent write holds are skipped, not waited for. An operator calls it in short statements until done (docs/deploy.md), not the storage worker: rewriting every old todo costs about 3.3 KB of WAL a todo (its index entries) and grows the table until vacuum, which the rare reads of old todos do not pay back; they render from their columns meanwhile. The walk''s position is locked for the call, so two sessions never walk the same blocks. Security definer, executable by nobody but the owner.';
+  'The background half of app.todos.card: renders the cards missing (todos written before the column) or not app.todo_card''s in the next `blocks` heap blocks of app.todos, walking the table in physical order from where the last call stopped (a TID range per call, so a call costs the same at 10M rows and dirties each heap page it rewrites once, not once per row as an id order would); returns how many it carded and whether the walk is over (then a call costs one row read). Rows a concurrent transaction holds are skipped, not waited for, and the walk goes round again until a pass leaves none. An operator calls it in short statements until done (docs/deploy.md), not the storage worker: rewriting every old todo costs about 3.3 KB of WAL a todo (mostly its new entries in the seven indexes of app.todos) and grows the table until vacuum, which the rare reads of old todos do not pay back; they render from their columns meanwhile. The walk''s position is locked for the call, so two sessions never walk the same blocks. Security definer, executable by nobody but the owner.';
 
 -- ============================================================================
 -- Users

@@ -26,6 +26,7 @@ DROP TRIGGER "_110_set_updated_at" ON "app"."todos";
 CREATE TABLE "app"."todo_card_backfill" (
   "singleton"  boolean NOT NULL DEFAULT true,
   "next_block" bigint  NOT NULL DEFAULT 0,
+  "skipped"    boolean NOT NULL DEFAULT false,
   "done"       boolean NOT NULL DEFAULT false,
   CONSTRAINT "todo_card_backfill_pkey" PRIMARY KEY (singleton),
   CONSTRAINT "todo_card_backfill_singleton_check" CHECK (singleton)
@@ -38,7 +39,7 @@ ALTER TABLE "app"."todo_card_backfill"
 -- app.todo_card_backfill: supabase/schemas/70_rendering.sql (the walk starts at the first block)
 INSERT INTO "app"."todo_card_backfill" (singleton) VALUES (true);
 
--- app.todos: supabase/schemas/30_todos.sql
+-- app.todos.card: supabase/schemas/70_rendering.sql
 ALTER TABLE "app"."todos"
   ADD COLUMN "card" text;
 
@@ -56,7 +57,11 @@ CREATE OR REPLACE FUNCTION app.render_todo_cards (
 declare
   state app.todo_card_backfill;
   table_blocks bigint;
+  range_start tid;
+  range_end tid;
   stale tid[];
+  differing integer;
+  any_skipped boolean;
 begin
   if blocks is null or blocks < 1 then
     raise exception 'app.render_todo_cards: blocks must be a positive number of heap blocks, not %', blocks;
@@ -68,20 +73,37 @@ begin
     return;
   end if;
   table_blocks := pg_relation_size('app.todos') / current_setting('block_size')::bigint;
+  range_start := format('(%s,0)', state.next_block)::tid;
+  range_end := format('(%s,0)', state.next_block + blocks)::tid;
   -- The rows of the next blocks whose card is missing or not app.todo_card's, each locked unless
-  -- a writer holds it (skip locked: the backfill never waits for a member's write nor takes part
-  -- in a deadlock with one; a skipped row is carded by that write, or by a later walk).
+  -- a transaction holds it (skip locked: the backfill never waits for a member's write nor takes
+  -- part in a deadlock with one). No key update, as the update takes: a reaction or an upload
+  -- naming the todo (a key-share lock) does not wait for the walk either.
   stale := array(
     select t.ctid from app.todos t
-    where t.ctid >= format('(%s,0)', state.next_block)::tid and t.ctid < format('(%s,0)', state.next_block + blocks)::tid
+    where t.ctid >= range_start and t.ctid < range_end
       and t.card is distinct from app.todo_card(t.id, t.created_at, t.updated_at)
-    for update skip locked);
+    for no key update skip locked);
   -- The card is rendered again by the trigger, and updated_at stays (_110_set_updated_at skips an
   -- update of the card alone).
   update app.todos t set card = app.todo_card(t.id, t.created_at, t.updated_at) where t.ctid = any (stale);
   get diagnostics carded = row_count;
-  done := state.next_block + blocks >= table_blocks;
-  update app.todo_card_backfill set next_block = state.next_block + blocks, done = render_todo_cards.done;
+  -- A held row may stay as it is (a privacy copy, an upload's key share, a rolled-back edit do not
+  -- render it): when this range had more rows to card than were locked, the pass goes round again.
+  select count(*) into differing from app.todos t
+  where t.ctid >= range_start and t.ctid < range_end
+    and t.card is distinct from app.todo_card(t.id, t.created_at, t.updated_at);
+  any_skipped := state.skipped or differing > 0;
+  if state.next_block + blocks < table_blocks then
+    done := false;
+    update app.todo_card_backfill set next_block = state.next_block + blocks, skipped = any_skipped;
+  elsif any_skipped then
+    done := false;
+    update app.todo_card_backfill set next_block = 0, skipped = false;
+  else
+    done := true;
+    update app.todo_card_backfill set next_block = state.next_block + blocks, done = true;
+  end if;
 end;
 $function$;
 
@@ -237,11 +259,11 @@ CREATE TRIGGER _120_render_card
   FOR EACH ROW
   EXECUTE FUNCTION app.tg_todos__render_card();
 
--- app.todos: supabase/schemas/30_todos.sql
+-- app.todos.card: supabase/schemas/70_rendering.sql
 COMMENT ON COLUMN "app"."todos"."card" IS 'Rendered on write (issue 27): app.todo_card of this row, set by the _120_render_card triggers on insert and on every update of id, created_at or updated_at (updated_at moves with every edit, reaction and comment count: app.tg__set_updated_at). Null for a row written before the column existed until the row is next written (a reaction, a comment or an edit cards it) or an operator runs the backfill (app.render_todo_cards); app.todos_text renders such a row from its columns. Members cannot write it (no column grant), and a write of it is rendered again.';
 
 -- app.render_todo_cards: supabase/schemas/70_rendering.sql
-COMMENT ON FUNCTION "app"."render_todo_cards"(integer) IS 'The background half of app.todos.card: renders the cards missing (todos written before the column) or not app.todo_card''s in the next `blocks` heap blocks of app.todos, walking the table in physical order from where the last call stopped (a TID range per call: each page is read and dirtied once, so the walk writes about one full-page image per page, not one per row as an id order would, and costs the same at 10M rows); returns how many it carded and whether the walk is over (then a call costs one row read). Rows a concurrent write holds are skipped, not waited for. An operator calls it in short statements until done (docs/deploy.md), not the storage worker: rewriting every old todo costs about 3.3 KB of WAL a todo (its index entries) and grows the table until vacuum, which the rare reads of old todos do not pay back; they render from their columns meanwhile. The walk''s position is locked for the call, so two sessions never walk the same blocks. Security definer, executable by nobody but the owner.';
+COMMENT ON FUNCTION "app"."render_todo_cards"(integer) IS 'The background half of app.todos.card: renders the cards missing (todos written before the column) or not app.todo_card''s in the next `blocks` heap blocks of app.todos, walking the table in physical order from where the last call stopped (a TID range per call, so a call costs the same at 10M rows and dirties each heap page it rewrites once, not once per row as an id order would); returns how many it carded and whether the walk is over (then a call costs one row read). Rows a concurrent transaction holds are skipped, not waited for, and the walk goes round again until a pass leaves none. An operator calls it in short statements until done (docs/deploy.md), not the storage worker: rewriting every old todo costs about 3.3 KB of WAL a todo (mostly its new entries in the seven indexes of app.todos) and grows the table until vacuum, which the rare reads of old todos do not pay back; they render from their columns meanwhile. The walk''s position is locked for the call, so two sessions never walk the same blocks. Security definer, executable by nobody but the owner.';
 
 -- app.tg_todos__render_card: supabase/schemas/70_rendering.sql
 COMMENT ON FUNCTION "app"."tg_todos__render_card"() IS 'Before a todo is stored: its card (app.todos.card) from the row as it will be stored. After _110_set_updated_at (triggers fire in name order), so the card shows the updated_at the row gets.';
@@ -253,7 +275,7 @@ COMMENT ON FUNCTION "app"."todo_card"(uuid, timestamp with time zone, timestamp 
 COMMENT ON FUNCTION "app"."todos_text"(uuid[], boolean) IS 'The todos with these ids that the current viewer may see, as the API renders them, in the order of ids: a JSON array as text with URL markers (app.resolve_urls), null when none. Concatenated from the renderings kept on write (the todo''s own card, app.todos.card, or for a todo the backfill has not reached the same text from its columns; the creators'', reactors'', projects'' and mentions'' cards, the attachments'') and the todo''s body, url and counters, with what depends on the viewer added here, in this one statement (creators, reactors and projects joined from app.users_seen_by and app.projects_seen_by, substituted into it: issue 27): the creator''s and reactors'' follow flags and streaks, the owning project''s makers and visible todos, which mentioned projects the viewer may see, the viewer''s reactions and comments and (expand_reactions) the newest 5 reactions the viewer may see; each read once for the whole set. A reaction is its reactor''s activity: shown to the todo''s owner, the reactor, and whoever may see the reactor''s content (app.can_see_comment''s rule: public everyone, protected followers, private nobody else); reactions_count still counts every reaction. Security definer so related rows are not filtered by a policy per row: visibility is the todos policy''s rule on each todo''s author_privacy (written out, not app.can_see_member_content per author: a function call each), the reactor rule on each candidate reaction (a primary-key lookup of its reactor unless the viewer owns the todo or the reaction, no function call) and app.can_see_project for projects; mentions and attachments are visible with their todo, and the viewer''s own comments on a visible todo are visible to them (app.can_see_comment). Acts only for auth.uid().';
 
 -- app.todo_card_backfill: supabase/schemas/70_rendering.sql
-COMMENT ON TABLE "app"."todo_card_backfill" IS 'Where app.render_todo_cards is in app.todos: the next heap block of its walk, in physical order; done once the walk passed the table''s last block (every row written or moved since is carded on write). An update setting next_block = 0, done = false walks the table again (after a change of app.todo_card). No policy and no grant: members never touch it; the backfill (security definer) does.';
+COMMENT ON TABLE "app"."todo_card_backfill" IS 'Where app.render_todo_cards is in app.todos: the next heap block of its walk, in physical order; skipped: this pass left a row a concurrent transaction held (the walk then starts again from the first block when it reaches the end); done once a pass reached the table''s last block without skipping any (every row written or moved since is carded on write). An update setting next_block = 0, skipped = false, done = false walks the table again (after a change of app.todo_card). No policy and no grant: members never touch it; the backfill (security definer) does.';
 
 -- app.render_todo_cards: supabase/schemas/70_rendering.sql
 REVOKE ALL ON FUNCTION "app"."render_todo_cards"(integer) FROM PUBLIC;
