@@ -36,7 +36,8 @@
 //                         costs a write's database time (goal ≤ 1.10×, issue 26; about a minute)
 //   --render-cost         only the render-cost section (issue 27): POST /v1/todos, /v1/reactions,
 //                         /v1/comments, PATCH /v1/users/me and a project rename with the
-//                         renderings kept on write and with their expressions dropped, in
+//                         renderings kept on write and with their expressions dropped (the
+//                         todo card triggers disabled), in
 //                         rolled-back rounds on one connection (goal ≤ 1.15×; about a minute;
 //                         local/bench/render-cost.ts)
 //   --write-cost-http     with --write-cost: also through the API at the bench's concurrency,
