@@ -530,12 +530,15 @@ async function verify(bench: Bench, endpoint: Endpoint, targets: TargetName[]): 
       const { status, text } = await send(server.baseUrl, httpRequest(bench, target, endpoint, signature, call))
       const expected = target === 'api' ? endpoint.status : 200
       if (status !== expected) throw new Error(`${endpoint.name} via ${TARGET_LABEL[target]}: status ${status}, expected ${expected}: ${text.slice(0, 300)}`)
-      value = endpoint.status === 204 && target === 'api' ? 'no content'
-        : target === 'postgraphile' ? graphqlResult(graphqlCall(signature), text) ?? (endpoint.status === 204 ? 'no content' : null)
-        : JSON.parse(text) ?? (endpoint.status === 204 ? 'no content' : null)
-      // A function that returns JSON text (the todos, with their URL markers) is a string to
-      // PostGraphile and PostgREST: read as our HTTP layer reads it (functions/lib/db.ts).
-      if (target !== 'api' && typeof value === 'string') value = JSON.parse(resolveUrlMarkers(value, { publicUrl: bench.publicUrl }))
+      if (endpoint.status === 204 && target === 'api') {
+        value = 'no content'
+      } else {
+        value = target === 'postgraphile' ? graphqlResult(graphqlCall(signature), text) : JSON.parse(text)
+        // A function that returns JSON text (the todos, with their URL markers) is a string to
+        // PostGraphile and PostgREST: read as our HTTP layer reads it (functions/lib/db.ts).
+        if (target !== 'api' && typeof value === 'string') value = JSON.parse(resolveUrlMarkers(value, { publicUrl: bench.publicUrl }))
+        value ??= endpoint.status === 204 ? 'no content' : null
+      }
     }
     if (value === null || value === undefined) throw new Error(`${endpoint.name} via ${TARGET_LABEL[target]}: no result`)
     answers.push({ target, value })
