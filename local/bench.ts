@@ -513,55 +513,60 @@ const largePages = new Map<string, string>()
 
 /** Checks that every target answers the first call of `endpoint` as the API does. */
 async function verify(bench: Bench, endpoint: Endpoint, targets: TargetName[]): Promise<void> {
-  const signature = await signatureOf(bench, endpoint.fn)
-  const [calls] = await callsOf(bench, endpoint, true)
-  const answers: { target: TargetName; value: unknown }[] = []
-  for (const [n, target] of targets.entries()) {
-    // The same call to every target, except calls that use up their target (a deletion): the next one each.
-    const call = calls![endpoint.consumes ? n % calls!.length : 0]!
-    let value: unknown
-    if (target === 'sql') {
-      const member = memberOf(bench, endpoint, call)
-      const text = await callApi(bench.sql!, { credential: member.credential, access: endpoint.access, publicUrl: bench.publicUrl }, endpoint.fn, call.args)
-      value = text === null ? (endpoint.status === 204 ? 'no content' : null) : JSON.parse(text)
-    } else {
-      const server = bench.servers[target]
-      if (!server) continue
-      const { status, text } = await send(server.baseUrl, httpRequest(bench, target, endpoint, signature, call))
-      const expected = target === 'api' ? endpoint.status : 200
-      if (status !== expected) throw new Error(`${endpoint.name} via ${TARGET_LABEL[target]}: status ${status}, expected ${expected}: ${text.slice(0, 300)}`)
-      if (endpoint.status === 204 && target === 'api') {
-        value = 'no content'
+  // What the check wrote goes even when the check fails: a write endpoint's targets (40,000
+  // deletion targets) left in the data set change the pages the next run reads.
+  try {
+    const signature = await signatureOf(bench, endpoint.fn)
+    const [calls] = await callsOf(bench, endpoint, true)
+    const answers: { target: TargetName; value: unknown }[] = []
+    for (const [n, target] of targets.entries()) {
+      // The same call to every target, except calls that use up their target (a deletion): the next one each.
+      const call = calls![endpoint.consumes ? n % calls!.length : 0]!
+      let value: unknown
+      if (target === 'sql') {
+        const member = memberOf(bench, endpoint, call)
+        const text = await callApi(bench.sql!, { credential: member.credential, access: endpoint.access, publicUrl: bench.publicUrl }, endpoint.fn, call.args)
+        value = text === null ? (endpoint.status === 204 ? 'no content' : null) : JSON.parse(text)
       } else {
-        value = target === 'postgraphile' ? graphqlResult(graphqlCall(signature), text) : JSON.parse(text)
-        // A function that returns JSON text (the todos, with their URL markers) is a string to
-        // PostGraphile and PostgREST: read as our HTTP layer reads it (functions/lib/db.ts).
-        if (target !== 'api' && typeof value === 'string') value = JSON.parse(resolveUrlMarkers(value, { publicUrl: bench.publicUrl }))
-        value ??= endpoint.status === 204 ? 'no content' : null
+        const server = bench.servers[target]
+        if (!server) continue
+        const { status, text } = await send(server.baseUrl, httpRequest(bench, target, endpoint, signature, call))
+        const expected = target === 'api' ? endpoint.status : 200
+        if (status !== expected) throw new Error(`${endpoint.name} via ${TARGET_LABEL[target]}: status ${status}, expected ${expected}: ${text.slice(0, 300)}`)
+        if (endpoint.status === 204 && target === 'api') {
+          value = 'no content'
+        } else {
+          value = target === 'postgraphile' ? graphqlResult(graphqlCall(signature), text) : JSON.parse(text)
+          // A function that returns JSON text (the todos, with their URL markers) is a string to
+          // PostGraphile and PostgREST: read as our HTTP layer reads it (functions/lib/db.ts).
+          if (target !== 'api' && typeof value === 'string') value = JSON.parse(resolveUrlMarkers(value, { publicUrl: bench.publicUrl }))
+          value ??= endpoint.status === 204 ? 'no content' : null
+        }
+      }
+      if (value === null || value === undefined) throw new Error(`${endpoint.name} via ${TARGET_LABEL[target]}: no result`)
+      answers.push({ target, value })
+    }
+    if (endpoint.read) {
+      const api = answers.find((a) => a.target === 'api')
+      if (api && bench.dataset.label === 'large') largePages.set(endpoint.name, pageOf(api.value))
+      if (api && bench.dataset.label === 'small' && largePages.has(endpoint.name) && largePages.get(endpoint.name) !== pageOf(api.value)) {
+        throw new Error(`${endpoint.name}: the small data set (${bench.dataset.name}) answers another first page than the large one, so the scale ` +
+          `comparison would not compare the same page; cut it again (--reseed):\n${largePages.get(endpoint.name)!.slice(0, 300)}\nvs\n${pageOf(api.value).slice(0, 300)}`)
+      }
+      const [first, ...rest] = answers
+      // PostgREST cannot set app.public_url, so its url fields differ: compared without them.
+      const strip = (v: unknown, target: TargetName) => (target === 'postgrest' ? JSON.parse(JSON.stringify(v).replace(/"https?:\/\/[^"/]+/g, '"')) : v)
+      for (const other of rest) {
+        const a = first!.target === 'api' && other.target === 'postgrest' ? strip(first!.value, 'postgrest') : first!.value
+        if (!isDeepStrictEqual(a, strip(other.value, other.target))) {
+          throw new Error(`${endpoint.name}: ${TARGET_LABEL[other.target]} answered differently from ${TARGET_LABEL[first!.target]}, so it would not measure the same work:\n` +
+            `${JSON.stringify(first!.value).slice(0, 400)}\nvs\n${JSON.stringify(other.value).slice(0, 400)}`)
+        }
       }
     }
-    if (value === null || value === undefined) throw new Error(`${endpoint.name} via ${TARGET_LABEL[target]}: no result`)
-    answers.push({ target, value })
+  } finally {
+    if (endpoint.cleanup) await endpoint.cleanup(bench.admin, bench.dataset.fixture, bench.since)
   }
-  if (endpoint.read) {
-    const api = answers.find((a) => a.target === 'api')
-    if (api && bench.dataset.label === 'large') largePages.set(endpoint.name, pageOf(api.value))
-    if (api && bench.dataset.label === 'small' && largePages.has(endpoint.name) && largePages.get(endpoint.name) !== pageOf(api.value)) {
-      throw new Error(`${endpoint.name}: the small data set (${bench.dataset.name}) answers another first page than the large one, so the scale ` +
-        `comparison would not compare the same page; cut it again (--reseed):\n${largePages.get(endpoint.name)!.slice(0, 300)}\nvs\n${pageOf(api.value).slice(0, 300)}`)
-    }
-    const [first, ...rest] = answers
-    // PostgREST cannot set app.public_url, so its url fields differ: compared without them.
-    const strip = (v: unknown, target: TargetName) => (target === 'postgrest' ? JSON.parse(JSON.stringify(v).replace(/"https?:\/\/[^"/]+/g, '"')) : v)
-    for (const other of rest) {
-      const a = first!.target === 'api' && other.target === 'postgrest' ? strip(first!.value, 'postgrest') : first!.value
-      if (!isDeepStrictEqual(a, strip(other.value, other.target))) {
-        throw new Error(`${endpoint.name}: ${TARGET_LABEL[other.target]} answered differently from ${TARGET_LABEL[first!.target]}, so it would not measure the same work:\n` +
-          `${JSON.stringify(first!.value).slice(0, 400)}\nvs\n${JSON.stringify(other.value).slice(0, 400)}`)
-      }
-    }
-  }
-  if (endpoint.cleanup) await endpoint.cleanup(bench.admin, bench.dataset.fixture, bench.since)
 }
 
 interface Result extends Measurement {
