@@ -84,6 +84,29 @@ async function hashtagOf(project: string): Promise<string> {
   return row!.hashtag as string
 }
 
+/** The cards' backfill from the first block again (after a change of app.todo_card, a migration does this). */
+async function restartCardWalk(): Promise<void> {
+  await sql`update app.todo_card_backfill set next_block = 0, skipped = false, done = false`
+}
+
+/** One call of the cards' backfill over `blocks` heap blocks. */
+async function walkCards(blocks: number): Promise<{ carded: number; done: boolean }> {
+  const [row] = await sql`select carded, done from app.render_todo_cards(${blocks})`
+  return { carded: Number(row!.carded), done: row!.done as boolean }
+}
+
+/** The backfill's calls until it says done: how many todos it carded, in how many calls. */
+async function walkCardsToEnd(blocks: number): Promise<{ carded: number; statements: number }> {
+  let carded = 0
+  let statements = 0
+  for (let done = false; !done; statements++) {
+    const step = await walkCards(blocks)
+    carded += step.carded
+    done = step.done
+  }
+  return { carded, statements }
+}
+
 /** One write, straight to the tables (triggers and generated columns run as on the API's writes). */
 async function apply(a: Action): Promise<void> {
   const todos = await ids('todos')
@@ -185,8 +208,8 @@ async function apply(a: Action): Promise<void> {
       return
     case 'backfill':
       // The backfill, from the first block, one statement.
-      await sql`update app.todo_card_backfill set next_block = 0, skipped = false, done = false`
-      await sql`select app.render_todo_cards(${a.batch})`
+      await restartCardWalk()
+      await walkCards(a.batch)
       return
   }
 }
@@ -299,22 +322,12 @@ describe('render once, serve many (issue 27)', () => {
     const before = await sql`select id, updated_at from app.todos order by id`
     expect(await Promise.all(numbers.map(get)), 'a todo without its card answers the same, rendered from its columns').toEqual(cardedAnswers)
 
-    const walk = async (blocks: number) => {
-      const [row] = await sql`select carded, done from app.render_todo_cards(${blocks})`
-      return { carded: Number(row!.carded), done: row!.done as boolean }
-    }
     const [{ pages }] = await sql`select (pg_relation_size('app.todos') / current_setting('block_size')::bigint)::int as pages` as unknown as [{ pages: number }]
-    await sql`update app.todo_card_backfill set next_block = 0, skipped = false, done = false`
-    let carded = 0
-    let statements = 0
-    for (let done = false; !done; statements++) {
-      const step = await walk(1)
-      carded += step.carded
-      done = step.done
-    }
+    await restartCardWalk()
+    const { carded, statements } = await walkCardsToEnd(1)
     expect(carded, 'every todo is carded once').toBe(before.length)
     expect(statements, 'a block per statement, in physical order, to the end (rows the walk moves land on later blocks)').toBeGreaterThanOrEqual(pages)
-    expect(await walk(1), 'once the walk is over').toEqual({ carded: 0, done: true })
+    expect(await walkCards(1), 'once the walk is over').toEqual({ carded: 0, done: true })
     expect(await sql`select id, updated_at from app.todos order by id`, 'the backfill is not an edit').toEqual(before)
     const wrongCards = async () => Number((await sql`select count(*)::int as n from app.todos
                                                      where card is distinct from app.todo_card(id, created_at, updated_at)`)[0]!.n)
@@ -328,14 +341,8 @@ describe('render once, serve many (issue 27)', () => {
       await tx`update app.todos set card = null where id = any(${posted.slice(1)}::uuid[])`
       await tx`update app.todos set card = '"id":"stale"' where id = ${posted[0]!}`
     })
-    await sql`update app.todo_card_backfill set next_block = 0, skipped = false, done = false`
-    let repaired = 0
-    for (let done = false; !done;) {
-      const step = await walk(64)
-      repaired += step.carded
-      done = step.done
-    }
-    expect(repaired).toBe(posted.length)
+    await restartCardWalk()
+    expect((await walkCardsToEnd(64)).carded).toBe(posted.length)
     expect(await wrongCards()).toBe(0)
 
     // A row another transaction holds is skipped, not waited for, and the walk goes round again
@@ -345,7 +352,7 @@ describe('render once, serve many (issue 27)', () => {
       await tx`set local session_replication_role = replica`
       await tx`update app.todos set card = null where id = any(${posted}::uuid[])`
     })
-    await sql`update app.todo_card_backfill set next_block = 0, skipped = false, done = false`
+    await restartCardWalk()
     const [{ blocksNow }] = await sql`select (pg_relation_size('app.todos') / current_setting('block_size')::bigint)::int as "blocksNow"` as unknown as [{ blocksNow: number }]
     const holder = await sql.reserve()
     try {
@@ -355,7 +362,7 @@ describe('render once, serve many (issue 27)', () => {
       let firstPass = 0
       // More calls than a pass takes: the walk reaches the end and starts again, never done.
       for (let i = 0; i < Math.ceil(blocksNow / 64) * 2 + 2; i++) {
-        const step = await walk(64)
+        const step = await walkCards(64)
         firstPass += step.carded
         expect(step.done, 'not done while a row is left').toBe(false)
       }
@@ -365,13 +372,7 @@ describe('render once, serve many (issue 27)', () => {
     } finally {
       holder.release()
     }
-    let secondPass = 0
-    for (let done = false; !done;) {
-      const step = await walk(64)
-      secondPass += step.carded
-      done = step.done
-    }
-    expect(secondPass, 'the held row, once free').toBe(1)
+    expect((await walkCardsToEnd(64)).carded, 'the held row, once free').toBe(1)
     expect(await wrongCards()).toBe(0)
     // A privileged statement writing the card and the body is an edit: updated_at moves.
     const [was] = await sql`select updated_at from app.todos where id = ${posted[1]!}`

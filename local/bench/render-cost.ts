@@ -1,15 +1,15 @@
 // What keeping renderings on write costs the writes (issue 27, item 3): `npm run bench --
-// --render-cost`. The renderings are stored generated columns (app.users.card,
-// app.projects.card, app.uploads.card: supabase/schemas/70_rendering.sql) and the todos' cards
-// (app.todos.card, kept by the _120_render_card triggers), so "off" is the same tables with those
-// columns' expressions dropped (ALTER TABLE … ALTER COLUMN … DROP EXPRESSION: the values stay,
-// nothing computes them) and the card triggers disabled, undone by rolling back to a savepoint. As the write-cost section of issue 26 (local/bench/write-cost.ts), it times each
-// write's statement on one connection, as callApi sends it, in rolled-back rounds whose blocks
-// alternate between kept and off milliseconds apart, so the machine's drift hits both alike.
-// Writes: POST /v1/todos (its card; updates the author's row: todos_count, streak), POST
-// /v1/reactions and POST /v1/comments (update the todo's counters, which moves updated_at: its
-// card is rendered again), PATCH /v1/users/me (a profile edit),
-// and a project rename (an operator's UPDATE: the API has no project edit). Goal ≤ 1.15×.
+// --render-cost`. The renderings are stored generated columns (app.users.card, app.projects.card,
+// app.uploads.card: supabase/schemas/70_rendering.sql) and the todos' cards (app.todos.card, kept
+// by the _120_render_card triggers), so "off" is the same tables with those columns' expressions
+// dropped (ALTER TABLE … ALTER COLUMN … DROP EXPRESSION: the values stay, nothing computes them)
+// and the card triggers disabled, undone by rolling back to a savepoint. As the write-cost section
+// of issue 26 (local/bench/write-cost.ts), it times each write's statement on one connection, as
+// callApi sends it, in rolled-back rounds whose blocks alternate between kept and off milliseconds
+// apart, so the machine's drift hits both alike. Writes: POST /v1/todos (its card; updates the
+// author's row: todos_count, streak), POST /v1/reactions and POST /v1/comments (update the todo's
+// counters, which moves updated_at: its card is rendered again), PATCH /v1/users/me (a profile
+// edit), and a project rename (an operator's UPDATE: the API has no project edit). Goal ≤ 1.15×.
 import type { ReservedSql, Sql } from 'postgres'
 import { callApi } from '../../functions/lib/db.ts'
 import type { Writer } from './write-cost.ts'
@@ -19,7 +19,7 @@ export const RENDER_COST_GOAL = 1.15
 /** The generated columns that hold renderings; "off" drops their expressions. */
 const RENDERINGS = [['app.users', 'card'], ['app.projects', 'card'], ['app.uploads', 'card']] as const
 /** The triggers that keep renderings in plain columns; "off" disables them. */
-const RENDERING_TRIGGERS = [['app.todos', '_120_render_card'], ['app.todos', '_120_render_card_on_update']] as const
+export const RENDERING_TRIGGERS = [['app.todos', '_120_render_card'], ['app.todos', '_120_render_card_on_update']] as const
 
 export interface RenderCostKind {
   kind: string

@@ -22,6 +22,7 @@ import type { ReservedSql, Sql } from 'postgres'
 import { callApi, type CallContext } from '../../functions/lib/db.ts'
 import type { Endpoint } from './endpoints.ts'
 import type { Measurement } from './load.ts'
+import { RENDERING_TRIGGERS } from './render-cost.ts'
 
 /** Issue 26: a write that keeps the new counts costs at most 1.10× the write without them. */
 export const WRITE_COST_GOAL = 1.1
@@ -94,7 +95,7 @@ export async function measureWriteCost(options: {
   const log = options.log ?? (() => {})
   const triggers = await findTriggers(options.admin, options.triggers)
   // These rounds commit: with a card trigger off, the todos they touch would keep a stale card.
-  const rendering = triggers.filter((t) => t.table === 'app.todos' && t.name.startsWith('_120_render_card'))
+  const rendering = triggers.filter((t) => RENDERING_TRIGGERS.some(([table, name]) => t.table === table && t.name === name))
   if (rendering.length > 0) {
     throw new Error(`--write-cost-http: ${rendering.map((t) => t.name).join(', ')} keep app.todos.card; their HTTP rounds would commit stale cards. Measure them with --render-cost (rolled back).`)
   }
