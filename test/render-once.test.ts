@@ -1,10 +1,10 @@
 // Issue 27: render once, serve many. Users, projects, mentions and attachments are rendered when
 // their row is written (stored generated columns: app.users.card,
 // app.projects.card, app.uploads.card) and a page is JSON text concatenated from
-// them (app.todos_text). This proves the answers did not change: the renderer as it was before
-// (test/support/reference-renderer.sql, every page built as jsonb from the tables) and the new
-// one render every todo, user and project for every member after random sequences of writes,
-// and must give the same JSON, value for value. Each comparison runs right after the writes,
+// them (app.todos_text, app.comments_text). This proves the answers did not change: the renderer
+// as it was before (test/support/reference-renderer.sql, every page built as jsonb from the
+// tables) and the new one render every todo, comment, user and project for every member after
+// random sequences of writes, and must give the same JSON, value for value. Each comparison runs right after the writes,
 // in a new transaction: a rendering older than the committed rows it reads would differ.
 import { readFile } from 'node:fs/promises'
 import fc from 'fast-check'
@@ -37,13 +37,14 @@ type Action =
   | { kind: 'subscription'; member: number }
   | { kind: 'project'; project: number; name: string; slug: boolean; privacy: string; logo: boolean; archived: boolean; color: string | null }
   | { kind: 'react'; member: number; todo: number }
-  | { kind: 'comment'; member: number; todo: number }
+  | { kind: 'comment'; member: number; todo: number; words: string; mention: number; tag: number; reply: number | null }
+  | { kind: 'react_comment'; member: number; comment: number }
   | { kind: 'follow'; a: number; b: number }
   | { kind: 'request'; a: number; b: number }
   | { kind: 'mute'; a: number; b: number }
   | { kind: 'follow_project'; member: number; project: number }
   | { kind: 'maker'; member: number; project: number; accepted: boolean }
-  | { kind: 'attach'; todo: number; width: number | null; octet: boolean }
+  | { kind: 'attach'; todo: number; width: number | null; octet: boolean; comment: number | null }
   | { kind: 'measure'; upload: number; width: number; height: number }
   | { kind: 'edit'; todo: number; words: string; mention: number; tag: number }
   | { kind: 'delete'; todo: number }
@@ -58,13 +59,14 @@ const action: fc.Arbitrary<Action> = fc.oneof(
   fc.record({ kind: fc.constant('subscription' as const), member: index }),
   fc.record({ kind: fc.constant('project' as const), project: index, name: awkward, slug: fc.boolean(), privacy, logo: fc.boolean(), archived: fc.boolean(), color: maybe(fc.constantFrom('#123456', 'nope')) }),
   fc.record({ kind: fc.constant('react' as const), member: index, todo: index }),
-  fc.record({ kind: fc.constant('comment' as const), member: index, todo: index }),
+  fc.record({ kind: fc.constant('comment' as const), member: index, todo: index, words: awkward, mention: index, tag: index, reply: maybe(index) }),
+  fc.record({ kind: fc.constant('react_comment' as const), member: index, comment: index }),
   fc.record({ kind: fc.constant('follow' as const), a: index, b: index }),
   fc.record({ kind: fc.constant('request' as const), a: index, b: index }),
   fc.record({ kind: fc.constant('mute' as const), a: index, b: index }),
   fc.record({ kind: fc.constant('follow_project' as const), member: index, project: index }),
   fc.record({ kind: fc.constant('maker' as const), member: index, project: index, accepted: fc.boolean() }),
-  fc.record({ kind: fc.constant('attach' as const), todo: index, width: maybe(fc.integer({ min: 1, max: 4000 })), octet: fc.boolean() }),
+  fc.record({ kind: fc.constant('attach' as const), todo: index, width: maybe(fc.integer({ min: 1, max: 4000 })), octet: fc.boolean(), comment: maybe(index) }),
   fc.record({ kind: fc.constant('measure' as const), upload: index, width: fc.integer({ min: 1, max: 4000 }), height: fc.integer({ min: 1, max: 4000 }) }),
   fc.record({ kind: fc.constant('edit' as const), todo: index, words: awkward, mention: index, tag: index }),
   fc.record({ kind: fc.constant('delete' as const), todo: index }),
@@ -74,7 +76,7 @@ const action: fc.Arbitrary<Action> = fc.oneof(
 
 const pick = <T>(list: T[], i: number): T => list[i % list.length]!
 
-async function ids(table: 'todos' | 'uploads'): Promise<string[]> {
+async function ids(table: 'todos' | 'uploads' | 'comments'): Promise<string[]> {
   const rows = await sql.unsafe(`select id from app.${table} order by created_at, id`)
   return rows.map((r) => r.id as string)
 }
@@ -148,10 +150,24 @@ async function apply(a: Action): Promise<void> {
       if (removed.length === 0) await sql`insert into app.reactions (user_id, todo_id) values (${member}, ${todo})`
       return
     }
-    case 'comment':
+    case 'comment': {
       if (todos.length === 0) return
-      await sql`insert into app.comments (todo_id, user_id, body) values (${pick(todos, a.todo)}, ${pick(members, a.member).id}, 'nice')`
+      const todo = pick(todos, a.todo)
+      // A reply names a comment on the same todo (when it has one).
+      const siblings = (await sql`select id from app.comments where todo_id = ${todo} order by created_at, id`).map((r) => r.id as string)
+      const parent = a.reply === null || siblings.length === 0 ? null : pick(siblings, a.reply)
+      const body = `${a.words} @${pick(members, a.mention).username} #${await hashtagOf(pick(projects, a.tag))} nice`
+      await sql`insert into app.comments (todo_id, user_id, parent_id, body) values (${todo}, ${pick(members, a.member).id}, ${parent}, ${body})`
       return
+    }
+    case 'react_comment': {
+      const comments = await ids('comments')
+      if (comments.length === 0) return
+      const [member, comment] = [pick(members, a.member).id, pick(comments, a.comment)]
+      const removed = await sql`delete from app.reactions where comment_id = ${comment} and user_id = ${member} returning id`
+      if (removed.length === 0) await sql`insert into app.reactions (user_id, comment_id) values (${member}, ${comment})`
+      return
+    }
     case 'follow':
     case 'request':
     case 'mute': {
@@ -176,11 +192,16 @@ async function apply(a: Action): Promise<void> {
     case 'attach': {
       if (todos.length === 0) return
       const todo = pick(todos, a.todo)
-      await sql`insert into app.uploads (user_id, key, filename, byte_size, checksum, content_type, width, height, todo_id, attached_at, detected_type)
-                select t.user_id, gen_random_uuid() || '/n"o te.txt', 'n"o te.txt', 12, decode(md5('x'), 'hex'),
-                       ${a.octet ? 'application/octet-stream' : 'image/png'}, ${a.width}, ${a.width === null ? null : 3}, t.id, now(),
+      // Onto a comment (its writer's file) or onto a todo (its creator's).
+      const comments = a.comment === null ? [] : await ids('comments')
+      const comment = comments.length === 0 ? null : pick(comments, a.comment!)
+      await sql`insert into app.uploads (user_id, key, filename, byte_size, checksum, content_type, width, height, todo_id, comment_id, attached_at, detected_type)
+                select x.user_id, gen_random_uuid() || '/n"o te.txt', 'n"o te.txt', 12, decode(md5('x'), 'hex'),
+                       ${a.octet ? 'application/octet-stream' : 'image/png'}, ${a.width}, ${a.width === null ? null : 3}, x.todo_id, x.comment_id, now(),
                        ${a.octet ? 'text/plain' : null}
-                from app.todos t where t.id = ${todo}`
+                from (select t.user_id, t.id as todo_id, null::uuid as comment_id from app.todos t where t.id = ${todo} and ${comment}::uuid is null
+                      union all
+                      select c.user_id, null, c.id from app.comments c where c.id = ${comment}) x`
       return
     }
     case 'measure': {
@@ -233,7 +254,10 @@ async function compareForEveryone(label: string): Promise<number> {
                (select jsonb_object_agg(p.id, p.body) from reference.projects_json(${projects}::uuid[]) p) as old_projects,
                (select jsonb_object_agg(p.id, p.body) from app.projects_json(${projects}::uuid[]) p) as new_projects,
                (select jsonb_agg(app.resolve_urls(app.todo_text(t))::jsonb order by n) from unnest(${todos}::uuid[]) with ordinality x(t, n)) as new_singles,
-               (select jsonb_agg(reference.todos_json(array[t], false) -> 0 order by n) from unnest(${todos}::uuid[]) with ordinality x(t, n)) as old_singles`
+               (select jsonb_agg(reference.todos_json(array[t], false) -> 0 order by n) from unnest(${todos}::uuid[]) with ordinality x(t, n)) as old_singles,
+               (select jsonb_agg(reference.comment_json(c) order by c.todo_id, c.created_at, c.id) from app.comments c) as old_comments,
+               app.resolve_urls(app.comments_text(array(select c.id from app.comments c order by c.todo_id, c.created_at, c.id)))::jsonb as new_comments,
+               (select jsonb_agg(app.comment_json(c) order by c.todo_id, c.created_at, c.id) from app.comments c) as new_comment_singles`
       return r!
     })
     expect(row.new_plain, `${label}: todos as ${viewer.username} sees them`).toEqual(row.old_plain)
@@ -241,6 +265,8 @@ async function compareForEveryone(label: string): Promise<number> {
     expect(row.new_users, `${label}: users as ${viewer.username} sees them`).toEqual(row.old_users)
     expect(row.new_projects, `${label}: projects as ${viewer.username} sees them`).toEqual(row.old_projects)
     expect(row.new_singles, `${label}: GET /v1/todos/{id} as ${viewer.username}`).toEqual(row.old_singles)
+    expect(row.new_comments, `${label}: comments as ${viewer.username} sees them`).toEqual(row.old_comments)
+    expect(row.new_comment_singles, `${label}: a comment as POST and PATCH answer it, as ${viewer.username}`).toEqual(row.old_comments)
     compared += (row.old_plain as unknown[] | null)?.length ?? 0
   }
   return compared
@@ -284,7 +310,19 @@ describe('render once, serve many (issue 27)', () => {
       await apply(one)
       await compareForEveryone(`write ${i} of the fixed sequence: ${JSON.stringify(one)}`)
     }
-    expect(kinds.size).toBe(19)
+    expect(kinds.size).toBe(20)
+    // Replies, reactions and attachments on comments, once each, whatever the sample drew.
+    await apply({ kind: 'comment', member: 1, todo: 0, words: 'first "comment"', mention: 2, tag: 1, reply: null })
+    await apply({ kind: 'comment', member: 2, todo: 0, words: 'a reply 🎉 \u0002', mention: 3, tag: 2, reply: 0 })
+    await apply({ kind: 'react_comment', member: 3, comment: 0 })
+    await apply({ kind: 'attach', todo: 0, width: 10, octet: false, comment: 0 })
+    const [covered] = await sql`
+      select (select count(*) from app.comments where parent_id is not null)::int as replies,
+             (select count(*) from app.reactions where comment_id is not null)::int as reactions,
+             (select count(*) from app.uploads where comment_id is not null)::int as attachments,
+             (select count(*) from app.comment_user_mentions)::int as mentions`
+    expect(Object.values(covered!).every((n) => (n as number) > 0), JSON.stringify(covered)).toBe(true)
+    await compareForEveryone('replies, reactions and attachments on comments')
     let runs = 0
     await fc.assert(
       fc.asyncProperty(fc.array(action, { minLength: 1, maxLength: 8 }), async (actions) => {

@@ -546,7 +546,7 @@ comment on function api.comment_delete(text) is
 grant execute on function api.comment_delete(text) to authenticated;
 
 create function api.todo_comments(todo_ref text, page_limit integer, starting_after text)
-returns jsonb
+returns text
 language plpgsql
 stable
 set search_path = ''
@@ -575,8 +575,8 @@ begin
     limit page_limit + 1);
   has_more := cardinality(page) > page_limit;
   page := page[1:page_limit];
-  return app.page_envelope(
-    (select jsonb_agg(app.comment_json(c) order by c.created_at, c.id) from app.comments c where c.id = any (page)),
+  return app.page_envelope_text(
+    app.comments_text(page),
     has_more,
     (select count(*) from app.comments c
       where c.todo_id = target.id
@@ -585,7 +585,7 @@ begin
 end;
 $$;
 comment on function api.todo_comments(text, integer, text) is
-  'GET /v1/todos/{todo_id}/comments: oldest first (a conversation reads top-down), replies included with their parent_id, comments of muted members left out.';
+  'GET /v1/todos/{todo_id}/comments: oldest first (a conversation reads top-down), replies included with their parent_id, comments of muted members left out. JSON text with URL markers (app.comments_text; the HTTP layer puts the URLs in place), as the todo lists answer.';
 grant execute on function api.todo_comments(text, integer, text) to authenticated;
 
 create function app.lock_reactable(target_todo uuid, target_comment uuid)

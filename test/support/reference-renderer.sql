@@ -1,5 +1,6 @@
 -- The renderer of todos as it was before issue 27 (supabase/schemas/70_rendering.sql at commit
--- fdb8ccc): every page built as jsonb from the tables on every read. test/render-once.test.ts
+-- fdb8ccc), and of comments as it was before app.comments_text (commit c40a629): every page
+-- built as jsonb from the tables on every read. test/render-once.test.ts
 -- creates it in schema `reference` of its own database and requires the renderings kept on
 -- write (app.todos_text and the cards) to give the same JSON, value for value. Copied, not
 -- imported: it must not change when the product's renderer does. Helpers whose meaning did not
@@ -331,6 +332,40 @@ begin
     left join my_comments mc on mc.todo_id = t.id
     left join expanded ex on ex.todo_id = t.id);
 end;
+$$;
+
+-- A comment as app.comment_json rendered it before app.comments_text (commit c40a629), one
+-- comment at a time as jsonb under the viewer's policies, with the reference renderers above
+-- for its creator, attachments and mentions.
+create function reference.comment_json(c app.comments)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select jsonb_build_object(
+    'id', app.to_public_id('comm', c.id),
+    'body', c.body,
+    'attachments', coalesce((
+      select jsonb_agg(reference.attachment_json(a) order by a.attached_at, a.id)
+      from app.uploads a where a.comment_id = c.id), '[]'::jsonb),
+    'created_at', c.created_at,
+    'updated_at', c.updated_at,
+    'url', app.web_url() || '/todos/' || (select t.number from app.todos t where t.id = c.todo_id) || '#' || app.to_public_id('comm', c.id),
+    'reactions_count', c.reactions_count,
+    'viewer', jsonb_build_object('reactions', coalesce((
+      select jsonb_agg(jsonb_build_object('id', app.to_public_id('reac', r.id)) order by r.created_at)
+      from app.reactions r where r.comment_id = c.id and r.user_id = (select auth.uid())), '[]'::jsonb)),
+    'creator', (select u.body from reference.users_json(array[c.user_id]) u),
+    'mentioned_projects', coalesce((
+      select jsonb_agg(reference.mentioned_project_json_body(p, app.public_url()) order by m.position)
+      from app.comment_project_mentions m join app.projects p on p.id = m.project_id
+      where m.comment_id = c.id), '[]'::jsonb),
+    'mentioned_users', coalesce((
+      select jsonb_agg(reference.mentioned_user_json_body(u, app.public_url()) order by m.position)
+      from app.comment_user_mentions m join app.users u on u.id = m.user_id
+      where m.comment_id = c.id), '[]'::jsonb),
+    'parent_id', case when c.parent_id is not null then app.to_public_id('comm', c.parent_id) end)
 $$;
 
 grant execute on all functions in schema reference to authenticated;
