@@ -246,6 +246,10 @@ grant execute on function app.picture_urls(text, text, text, text, text) to auth
 --   attachments: app.uploads.card;
 --   the viewer's reactions and comments, and (expand=reactions) the newest 5 reactions the
 --     viewer may see: read for the viewer, they are never the same for two viewers.
+-- A comment's rendering (app.comments_text) is made of the same parts: its creator and its
+-- mentioned users and projects from their cards, its attachments' cards, the viewer's reactions
+-- read for the viewer; its own members (body, times, counters, parent) written out from its row,
+-- which the page reads anyway. Nothing of it is stored with the comment.
 
 create function app.user_card(id uuid, username text, first_name text, last_name text, bio text, location text, website_url text, time_zone text, privacy app.privacy, subscription_active boolean, avatar_key text, header_key text, header_color text, todos_count integer, followers_count integer, best_streak integer, created_at timestamptz, updated_at timestamptz)
 returns text
