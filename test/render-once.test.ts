@@ -257,7 +257,19 @@ async function compareForEveryone(label: string): Promise<number> {
                (select jsonb_agg(reference.todos_json(array[t], false) -> 0 order by n) from unnest(${todos}::uuid[]) with ordinality x(t, n)) as old_singles,
                (select jsonb_agg(reference.comment_json(c) order by c.todo_id, c.created_at, c.id) from app.comments c) as old_comments,
                app.resolve_urls(app.comments_text(array(select c.id from app.comments c order by c.todo_id, c.created_at, c.id)))::jsonb as new_comments,
-               (select jsonb_agg(app.comment_json(c) order by c.todo_id, c.created_at, c.id) from app.comments c) as new_comment_singles`
+               (select jsonb_agg(app.comment_json(c) order by c.todo_id, c.created_at, c.id) from app.comments c) as new_comment_singles,
+               (select jsonb_agg(r.body order by p.created_at desc, p.id desc)
+                  from app.projects p join reference.projects_json(array(select id from app.projects)) r on r.id = p.id) as old_project_page,
+               app.resolve_urls(app.project_page(null, 100, null))::jsonb as new_project_envelope,
+               (select jsonb_object_agg(u.id, app.resolve_urls(app.project_page(u.id, 100, null))::jsonb) from app.users u where u.id = any(${users}::uuid[])) as new_maker_pages,
+               (select jsonb_object_agg(u.id, (
+                  select jsonb_build_object('data', coalesce(jsonb_agg(r.body order by p.created_at desc, p.id desc), '[]'::jsonb),
+                                            'has_more', false, 'total_count', count(*), 'after', null)
+                  from app.projects p join reference.projects_json(array(select id from app.projects)) r on r.id = p.id
+                  where exists (select 1 from app.project_makers m where m.project_id = p.id and m.user_id = u.id and m.accepted)))
+                from app.users u where u.id = any(${users}::uuid[])) as old_maker_pages,
+               (select jsonb_agg(app.resolve_urls(api.project_get(app.to_public_id('proj', p.id)))::jsonb order by p.created_at desc, p.id desc)
+                  from app.projects p) as new_project_singles`
       return r!
     })
     expect(row.new_plain, `${label}: todos as ${viewer.username} sees them`).toEqual(row.old_plain)
@@ -267,6 +279,11 @@ async function compareForEveryone(label: string): Promise<number> {
     expect(row.new_singles, `${label}: GET /v1/todos/{id} as ${viewer.username}`).toEqual(row.old_singles)
     expect(row.new_comments, `${label}: comments as ${viewer.username} sees them`).toEqual(row.old_comments)
     expect(row.new_comment_singles, `${label}: a comment as POST and PATCH answer it, as ${viewer.username}`).toEqual(row.old_comments)
+    const oldPage = (row.old_project_page ?? []) as unknown[]
+    expect(row.new_project_envelope, `${label}: GET /v1/projects as ${viewer.username}`)
+      .toEqual({ data: oldPage, has_more: false, total_count: oldPage.length, after: null })
+    expect(row.new_maker_pages, `${label}: GET /v1/users/{username}/projects as ${viewer.username}`).toEqual(row.old_maker_pages)
+    expect(row.new_project_singles, `${label}: GET /v1/projects/{id} as ${viewer.username}`).toEqual(row.old_project_page)
     compared += (row.old_plain as unknown[] | null)?.length ?? 0
   }
   return compared

@@ -273,15 +273,15 @@ create trigger _100_set_updated_at before update on app.projects
 -- API functions
 -- ============================================================================
 create function api.project_get(project_ref text)
-returns jsonb
+returns text
 language plpgsql
 stable
 set search_path = ''
 as $$
 declare
-  result jsonb;
+  result text;
 begin
-  select app.project_json(p) into result from app.projects p where p.id = app.resolve_project(project_ref);
+  select pt.body into result from app.projects_text(array[app.resolve_project(project_ref)]) pt;
   if result is null then
     perform app.http_error(404, format('No project matches %L.', project_ref));
   end if;
@@ -289,11 +289,11 @@ begin
 end;
 $$;
 comment on function api.project_get(text) is
-  'GET /v1/projects/{project_id}: 404 also when the viewer may not see the project, so its existence does not leak.';
+  'GET /v1/projects/{project_id}: 404 also when the viewer may not see the project, so its existence does not leak. JSON text with URL markers (app.projects_text; the HTTP layer puts the URLs in place).';
 grant execute on function api.project_get(text) to authenticated;
 
 create function api.projects_list(page_limit integer, starting_after text)
-returns jsonb
+returns text
 language sql
 stable
 set search_path = ''
@@ -305,7 +305,7 @@ comment on function api.projects_list(integer, text) is
 grant execute on function api.projects_list(integer, text) to authenticated;
 
 create function api.user_projects(user_ref text, page_limit integer, starting_after text)
-returns jsonb
+returns text
 language plpgsql
 stable
 set search_path = ''
