@@ -251,6 +251,7 @@ async function compareForEveryone(label: string): Promise<number> {
                app.resolve_urls(app.todos_text(${todos}::uuid[], true))::jsonb as new_expanded,
                (select jsonb_object_agg(u.id, u.body) from reference.users_json(${users}::uuid[]) u) as old_users,
                (select jsonb_object_agg(u.id, u.body) from app.users_json(${users}::uuid[]) u) as new_users,
+               (select jsonb_object_agg(u.id, app.resolve_urls(api.user_get(u.username))::jsonb) from app.users u where u.id = any(${users}::uuid[])) as new_user_singles,
                (select jsonb_object_agg(p.id, p.body) from reference.projects_json(${projects}::uuid[]) p) as old_projects,
                (select jsonb_object_agg(p.id, p.body) from app.projects_json(${projects}::uuid[]) p) as new_projects,
                (select jsonb_agg(app.resolve_urls(app.todo_text(t))::jsonb order by n) from unnest(${todos}::uuid[]) with ordinality x(t, n)) as new_singles,
@@ -275,6 +276,7 @@ async function compareForEveryone(label: string): Promise<number> {
     expect(row.new_plain, `${label}: todos as ${viewer.username} sees them`).toEqual(row.old_plain)
     expect(row.new_expanded, `${label}: todos with reactions as ${viewer.username} sees them`).toEqual(row.old_expanded)
     expect(row.new_users, `${label}: users as ${viewer.username} sees them`).toEqual(row.old_users)
+    expect(row.new_user_singles, `${label}: GET /v1/users/{username} as ${viewer.username}`).toEqual(row.old_users)
     expect(row.new_projects, `${label}: projects as ${viewer.username} sees them`).toEqual(row.old_projects)
     expect(row.new_singles, `${label}: GET /v1/todos/{id} as ${viewer.username}`).toEqual(row.old_singles)
     expect(row.new_comments, `${label}: comments as ${viewer.username} sees them`).toEqual(row.old_comments)

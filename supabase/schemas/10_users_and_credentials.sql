@@ -464,15 +464,15 @@ create trigger _100_set_updated_at before update on app.users
 -- API functions
 -- ============================================================================
 create function api.user_get(user_ref text)
-returns jsonb
+returns text
 language plpgsql
 stable
 set search_path = ''
 as $$
 declare
-  result jsonb;
+  result text;
 begin
-  select app.user_json(u) into result from app.users u where u.id = app.resolve_user(user_ref);
+  select ut.body into result from app.users_text(array[app.resolve_user(user_ref)]) ut;
   if result is null then
     perform app.http_error(404, format('No user matches %L.', user_ref));
   end if;
@@ -480,7 +480,7 @@ begin
 end;
 $$;
 comment on function api.user_get(text) is
-  'GET /v1/users/{username} and GET /v1/users/me.';
+  'GET /v1/users/{username} and GET /v1/users/me, as JSON text with URL markers (app.users_text, planned once per session; the HTTP layer puts the URLs in place). Not app.user_json: a SQL function with a SET clause is planned again on every call (0.8 ms for one member, twice a todo).';
 grant execute on function api.user_get(text) to authenticated;
 
 create function api.user_update_me(patch jsonb)
@@ -546,7 +546,7 @@ comment on function app.frequent_mentions() is
 grant execute on function app.frequent_mentions() to authenticated;
 
 create function api.search_users(query text)
-returns jsonb
+returns text
 language plpgsql
 stable
 set search_path = ''
@@ -598,16 +598,17 @@ begin
     order by coalesce(f.mentions, 0) desc, (lower((c.u).username) = prefix) desc, length((c.u).username), lower((c.u).username)
     limit 10
   )
-  select jsonb_build_object(
-    'data', coalesce(jsonb_agg(app.user_json(found.u) order by found.mentions desc, (lower((found.u).username) = prefix) desc, length((found.u).username), lower((found.u).username)), '[]'::jsonb),
-    'has_more', false,
-    'total_count', count(*),
-    'after', null)
-  from found);
+  select app.page_envelope_text(
+    (select '[' || string_agg(ut.body, ',' order by f.mentions desc, (lower((f.u).username) = prefix) desc, length((f.u).username), lower((f.u).username)) || ']'
+     from found f join app.users_text(array(select (x.u).id from found x)) ut on ut.id = (f.u).id),
+    false,
+    (select count(*) from found),
+    null)
+  );
 end;
 $$;
 comment on function api.search_users(text) is
-  'GET /v1/search/users: mention autocomplete. Prefix match (starts_with: % and _ are characters) on username, first, last and full name; people the viewer mentions most in their 1000 newest todos come first, then an exact username, then shorter usernames; an empty query returns only those frequent mentions. At most 10, not paginated. Bounded whatever the number of members (issue 25: it read every member, 0.5 s at 500k): candidates are the frequent mentions and the first 100 matches of each name index in byte order, so the ranking is exact while no name has more than 100 matches, and among those 100 per name beyond.';
+  'GET /v1/search/users: mention autocomplete, as JSON text with URL markers (the users rendered by app.users_text in one call). Prefix match (starts_with: % and _ are characters) on username, first, last and full name; people the viewer mentions most in their 1000 newest todos come first, then an exact username, then shorter usernames; an empty query returns only those frequent mentions. At most 10, not paginated. Bounded whatever the number of members (issue 25: it read every member, 0.5 s at 500k): candidates are the frequent mentions and the first 100 matches of each name index in byte order, so the ranking is exact while no name has more than 100 matches, and among those 100 per name beyond.';
 grant execute on function api.search_users(text) to authenticated;
 
 -- ============================================================================
