@@ -50,6 +50,8 @@ type Action =
   | { kind: 'delete'; todo: number }
   | { kind: 'uncard'; todo: number }
   | { kind: 'backfill'; batch: number }
+  | { kind: 'message'; a: number; b: number; words: string; client: boolean; attach: boolean }
+  | { kind: 'react_message'; member: number; message: number; emoji: number }
 
 const action: fc.Arbitrary<Action> = fc.oneof(
   fc.record({ kind: fc.constant('post' as const), author: index, words: awkward, mention: index, tag: index, minutesAgo: fc.nat({ max: 60 * 24 * 3 }) }),
@@ -72,11 +74,13 @@ const action: fc.Arbitrary<Action> = fc.oneof(
   fc.record({ kind: fc.constant('delete' as const), todo: index }),
   fc.record({ kind: fc.constant('uncard' as const), todo: index }),
   fc.record({ kind: fc.constant('backfill' as const), batch: fc.integer({ min: 1, max: 3 }) }),
+  fc.record({ kind: fc.constant('message' as const), a: index, b: index, words: awkward, client: fc.boolean(), attach: fc.boolean() }),
+  fc.record({ kind: fc.constant('react_message' as const), member: index, message: index, emoji: fc.nat({ max: 4 }) }),
 )
 
 const pick = <T>(list: T[], i: number): T => list[i % list.length]!
 
-async function ids(table: 'todos' | 'uploads' | 'comments'): Promise<string[]> {
+async function ids(table: 'todos' | 'uploads' | 'comments' | 'messages'): Promise<string[]> {
   const rows = await sql.unsafe(`select id from app.${table} order by created_at, id`)
   return rows.map((r) => r.id as string)
 }
@@ -232,8 +236,43 @@ async function apply(a: Action): Promise<void> {
       await restartCardWalk()
       await walkCards(a.batch)
       return
+    case 'message': {
+      // A direct message from a to b (their conversation opened if need be), maybe with a client id and a file.
+      const [from, to] = [pick(members, a.a).id, pick(members, a.b).id]
+      if (from === to) return
+      // As app.open_conversation does it for the requesting member: the pair and both sides.
+      await sql`with pair as (insert into app.conversations (user_low, user_high, started_by)
+                              values (least(${from}::uuid, ${to}::uuid), greatest(${from}::uuid, ${to}::uuid), ${from})
+                              on conflict (user_low, user_high) do nothing returning id)
+                insert into app.conversation_members (conversation_id, user_id, other_user_id)
+                select pair.id, x.a, x.b from pair, (values (${from}::uuid, ${to}::uuid), (${to}::uuid, ${from}::uuid)) x(a, b)`
+      const [opened] = await sql`select id as conversation_id from app.conversations
+                                 where user_low = least(${from}::uuid, ${to}::uuid) and user_high = greatest(${from}::uuid, ${to}::uuid)`
+      const [message] = await sql`insert into app.messages (conversation_id, user_id, body, client_message_id)
+                                  values (${opened!.conversation_id}, ${from}, ${a.words}, ${a.client ? crypto.randomUUID() : null}) returning id`
+      if (a.attach) {
+        await sql`insert into app.uploads (user_id, key, filename, byte_size, checksum, content_type, width, height, message_id, attached_at)
+                  values (${from}, gen_random_uuid() || '/p"ic.png', 'p"ic.png', 99, decode(md5('y'), 'hex'), 'image/png', 4, 3, ${message!.id}, now())`
+      }
+      return
+    }
+    case 'react_message': {
+      // A participant's emoji on a message, toggled.
+      const messages = await ids('messages')
+      if (messages.length === 0) return
+      const message = pick(messages, a.message)
+      const [conv] = await sql`select c.user_low, c.user_high from app.messages m join app.conversations c on c.id = m.conversation_id where m.id = ${message}`
+      const member = a.member % 2 ? conv!.user_low : conv!.user_high
+      const emoji = ['👍', '❤️', '😂', '🔥', '🙏'][a.emoji]!
+      const removed = await sql`delete from app.message_reactions where message_id = ${message} and user_id = ${member} and content = ${emoji} returning 1`
+      if (removed.length === 0) await sql`insert into app.message_reactions (message_id, user_id, content) values (${message}, ${member}, ${emoji})`
+      return
+    }
   }
 }
+
+/** How many messages the comparisons saw (each as one participant sees it). */
+let messagesCompared = 0
 
 /** Every todo, user and project, as every member sees them, by both renderers; compared as JSON values. */
 async function compareForEveryone(label: string): Promise<number> {
@@ -241,7 +280,8 @@ async function compareForEveryone(label: string): Promise<number> {
   const users = members.map((m) => m.id)
   let compared = 0
   for (const viewer of members) {
-    const row = await asMember(sql, { sub: viewer.id }, async (tx) => {
+    // A chat token's claims (app.can_chat) too, so that the viewer reads their conversations' messages.
+    const row = await asMember(sql, { sub: viewer.id, chat: true, scopes: ['public', 'write', 'chat'] }, async (tx) => {
       // A base URL that needs escaping inside a JSON string: the markers' replacement must escape it.
       await tx`select set_config('app.public_url', ${'http://api.test/a"b\\c'}, true), set_config('app.web_url', ${'https://web.test/x"y'}, true)`
       const [r] = await tx`
@@ -261,6 +301,9 @@ async function compareForEveryone(label: string): Promise<number> {
                (select jsonb_agg(app.comment_json(c) order by c.todo_id, c.created_at, c.id) from app.comments c) as new_comment_singles,
                (select jsonb_agg(r.body order by p.created_at desc, p.id desc)
                   from app.projects p join reference.projects_json(array(select id from app.projects)) r on r.id = p.id) as old_project_page,
+               (select jsonb_agg(reference.message_json(m) order by m.conversation_id, m.created_at desc, m.id desc) from app.messages m) as old_messages,
+               app.resolve_urls(app.messages_text(array(select m.id from app.messages m order by m.conversation_id, m.created_at desc, m.id desc)))::jsonb as new_messages,
+               (select jsonb_agg(app.message_json(m) order by m.conversation_id, m.created_at desc, m.id desc) from app.messages m) as new_message_singles,
                app.resolve_urls(app.project_page(null, 100, null))::jsonb as new_project_envelope,
                (select jsonb_object_agg(u.id, app.resolve_urls(app.project_page(u.id, 100, null))::jsonb) from app.users u where u.id = any(${users}::uuid[])) as new_maker_pages,
                (select jsonb_object_agg(u.id, (
@@ -281,12 +324,15 @@ async function compareForEveryone(label: string): Promise<number> {
     expect(row.new_singles, `${label}: GET /v1/todos/{id} as ${viewer.username}`).toEqual(row.old_singles)
     expect(row.new_comments, `${label}: comments as ${viewer.username} sees them`).toEqual(row.old_comments)
     expect(row.new_comment_singles, `${label}: a comment as POST and PATCH answer it, as ${viewer.username}`).toEqual(row.old_comments)
+    expect(row.new_messages, `${label}: messages as ${viewer.username} sees them`).toEqual(row.old_messages)
+    expect(row.new_message_singles, `${label}: a message as POST answers it, as ${viewer.username}`).toEqual(row.old_messages)
     const oldPage = (row.old_project_page ?? []) as unknown[]
     expect(row.new_project_envelope, `${label}: GET /v1/projects as ${viewer.username}`)
       .toEqual({ data: oldPage, has_more: false, total_count: oldPage.length, after: null })
     expect(row.new_maker_pages, `${label}: GET /v1/users/{username}/projects as ${viewer.username}`).toEqual(row.old_maker_pages)
     expect(row.new_project_singles, `${label}: GET /v1/projects/{id} as ${viewer.username}`).toEqual(row.old_project_page)
     compared += (row.old_plain as unknown[] | null)?.length ?? 0
+    messagesCompared += (row.old_messages as unknown[] | null)?.length ?? 0
   }
   return compared
 }
@@ -329,19 +375,25 @@ describe('render once, serve many (issue 27)', () => {
       await apply(one)
       await compareForEveryone(`write ${i} of the fixed sequence: ${JSON.stringify(one)}`)
     }
-    expect(kinds.size).toBe(20)
+    expect(kinds.size).toBe(22)
     // Replies, reactions and attachments on comments, once each, whatever the sample drew.
     await apply({ kind: 'comment', member: 1, todo: 0, words: 'first "comment"', mention: 2, tag: 1, reply: null })
     await apply({ kind: 'comment', member: 2, todo: 0, words: 'a reply 🎉 \u0002', mention: 3, tag: 2, reply: 0 })
     await apply({ kind: 'react_comment', member: 3, comment: 0 })
     await apply({ kind: 'attach', todo: 0, width: 10, octet: false, comment: 0 })
+    await apply({ kind: 'message', a: 0, b: 1, words: 'hi "there" 🎉', client: true, attach: true })
+    await apply({ kind: 'react_message', member: 1, message: 0, emoji: 1 })
     const [covered] = await sql`
       select (select count(*) from app.comments where parent_id is not null)::int as replies,
              (select count(*) from app.reactions where comment_id is not null)::int as reactions,
              (select count(*) from app.uploads where comment_id is not null)::int as attachments,
-             (select count(*) from app.comment_user_mentions)::int as mentions`
+             (select count(*) from app.comment_user_mentions)::int as mentions,
+             (select count(*) from app.messages)::int as messages,
+             (select count(*) from app.message_reactions)::int as message_reactions`
     expect(Object.values(covered!).every((n) => (n as number) > 0), JSON.stringify(covered)).toBe(true)
-    await compareForEveryone('replies, reactions and attachments on comments')
+    messagesCompared = 0
+    await compareForEveryone('replies, reactions and attachments on comments, a message with a file and an emoji')
+    expect(messagesCompared, 'messages seen by their participants').toBeGreaterThan(0)
     let runs = 0
     await fc.assert(
       fc.asyncProperty(fc.array(action, { minLength: 1, maxLength: 8 }), async (actions) => {

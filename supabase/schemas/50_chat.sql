@@ -688,7 +688,7 @@ comment on function api.conversations_read_all() is
 grant execute on function api.conversations_read_all() to authenticated;
 
 create function api.messages_list(conversation_ref text, page_limit integer, starting_after text)
-returns jsonb
+returns text
 language plpgsql
 stable
 set search_path = ''
@@ -714,15 +714,15 @@ begin
     limit page_limit + 1);
   has_more := cardinality(page) > page_limit;
   page := page[1:page_limit];
-  return app.page_envelope(
-    (select jsonb_agg(app.message_json(m) order by m.created_at desc, m.id desc) from app.messages m where m.id = any (page)),
+  return app.page_envelope_text(
+    app.messages_text(page),
     has_more,
     (select count(*) from app.messages m where m.conversation_id = target.id),
     app.to_public_id('message', page[cardinality(page)]));
 end;
 $$;
 comment on function api.messages_list(text, integer, text) is
-  'GET /v1/conversations/{conversation_id}/messages: newest first.';
+  'GET /v1/conversations/{conversation_id}/messages: newest first, as JSON text with URL markers (app.messages_text; the HTTP layer puts the URLs in place).';
 grant execute on function api.messages_list(text, integer, text) to authenticated;
 
 create function api.message_send(conversation_ref text, body text, attachment_upload_id uuid, client_ref text)

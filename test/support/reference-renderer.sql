@@ -1,6 +1,7 @@
 -- The renderer of todos as it was before issue 27 (supabase/schemas/70_rendering.sql at commit
--- fdb8ccc), and of comments as it was before app.comments_text (commit c40a629): every page
--- built as jsonb from the tables on every read. test/render-once.test.ts
+-- fdb8ccc), and of comments and messages as they were before app.comments_text (commit
+-- c40a629) and app.messages_text (commit 55f023b): every page built as jsonb from the tables on
+-- every read. test/render-once.test.ts
 -- creates it in schema `reference` of its own database and requires the renderings kept on
 -- write (app.todos_text and the cards) to give the same JSON, value for value. Copied, not
 -- imported: it must not change when the product's renderer does. Helpers whose meaning did not
@@ -366,6 +367,39 @@ as $$
       from app.comment_user_mentions m join app.users u on u.id = m.user_id
       where m.comment_id = c.id), '[]'::jsonb),
     'parent_id', case when c.parent_id is not null then app.to_public_id('comm', c.parent_id) end)
+$$;
+
+-- A message as app.message_json rendered it before app.messages_text (commit 55f023b), one
+-- message at a time as jsonb, with the reference renderer of users above.
+create function reference.message_json(m app.messages)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select jsonb_build_object(
+    'id', app.to_public_id('message', m.id),
+    'conversation_id', app.to_public_id('conversation', m.conversation_id),
+    'body', m.body,
+    'client_message_id', m.client_message_id,
+    'created_at', m.created_at,
+    'updated_at', m.updated_at,
+    'creator', (select u.body from reference.users_json(array[m.user_id]) u),
+    'attachment', (
+      select jsonb_build_object(
+        'url', app.public_url() || '/files/' || a.key,
+        'mime_type', coalesce(a.detected_type, a.content_type),
+        'filename', a.filename,
+        'byte_size', a.byte_size,
+        'width', a.width,
+        'height', a.height)
+      from app.uploads a where a.message_id = m.id limit 1),
+    'reactions', coalesce((
+      select jsonb_agg(jsonb_build_object(
+        'content', r.content,
+        'created_at', r.created_at,
+        'user', (select u.body from reference.users_json(array[r.user_id]) u)) order by r.created_at, r.content)
+      from app.message_reactions r where r.message_id = m.id), '[]'::jsonb))
 $$;
 
 grant execute on all functions in schema reference to authenticated;

@@ -5,6 +5,9 @@ import type { Sql } from 'postgres'
 export interface MemberClaims {
   sub: string
   can_write?: boolean
+  /** An approved chat app's token (app.can_chat), with scopes that include chat. */
+  chat?: boolean
+  scopes?: string[]
 }
 
 export async function asMember<T>(sql: Sql, claims: MemberClaims, fn: (tx: Sql) => Promise<T>): Promise<T> {
