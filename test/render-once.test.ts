@@ -304,6 +304,11 @@ async function compareForEveryone(label: string): Promise<number> {
                (select jsonb_agg(reference.message_json(m) order by m.conversation_id, m.created_at desc, m.id desc) from app.messages m) as old_messages,
                app.resolve_urls(app.messages_text(array(select m.id from app.messages m order by m.conversation_id, m.created_at desc, m.id desc)))::jsonb as new_messages,
                (select jsonb_agg(app.message_json(m) order by m.conversation_id, m.created_at desc, m.id desc) from app.messages m) as new_message_singles,
+               (select jsonb_agg(reference.conversation_json(c) order by c.id) from app.conversations c) as old_conversations,
+               (select jsonb_agg(app.resolve_urls(t.body)::jsonb order by t.n)
+                  from app.conversation_texts(array(select c.id from app.conversations c order by c.id)) t) as new_conversations,
+               (select jsonb_agg(app.resolve_urls(api.conversation_get(app.to_public_id('conversation', c.id)))::jsonb order by c.id)
+                  from app.conversations c) as new_conversation_singles,
                app.resolve_urls(app.project_page(null, 100, null))::jsonb as new_project_envelope,
                (select jsonb_object_agg(u.id, app.resolve_urls(app.project_page(u.id, 100, null))::jsonb) from app.users u where u.id = any(${users}::uuid[])) as new_maker_pages,
                (select jsonb_object_agg(u.id, (
@@ -326,6 +331,8 @@ async function compareForEveryone(label: string): Promise<number> {
     expect(row.new_comment_singles, `${label}: a comment as POST and PATCH answer it, as ${viewer.username}`).toEqual(row.old_comments)
     expect(row.new_messages, `${label}: messages as ${viewer.username} sees them`).toEqual(row.old_messages)
     expect(row.new_message_singles, `${label}: a message as POST answers it, as ${viewer.username}`).toEqual(row.old_messages)
+    expect(row.new_conversations, `${label}: conversations as ${viewer.username} sees them`).toEqual(row.old_conversations)
+    expect(row.new_conversation_singles, `${label}: GET /v1/conversations/{id} as ${viewer.username}`).toEqual(row.old_conversations)
     const oldPage = (row.old_project_page ?? []) as unknown[]
     expect(row.new_project_envelope, `${label}: GET /v1/projects as ${viewer.username}`)
       .toEqual({ data: oldPage, has_more: false, total_count: oldPage.length, after: null })

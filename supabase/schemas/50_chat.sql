@@ -584,19 +584,21 @@ comment on function api.conversation_open(text) is
 grant execute on function api.conversation_open(text) to authenticated;
 
 create function api.conversation_get(conversation_ref text)
-returns jsonb
-language sql
+returns text
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select app.conversation_json(app.my_conversation(conversation_ref))
+begin
+  return (select t.body from app.conversation_texts(array[(app.my_conversation(conversation_ref)).id]) t);
+end;
 $$;
 comment on function api.conversation_get(text) is
-  'GET /v1/conversations/{conversation_id}: 404 for non-participants, never 403.';
+  'GET /v1/conversations/{conversation_id}: 404 for non-participants, never 403 (app.my_conversation). JSON text with URL markers (app.conversation_texts; the HTTP layer puts the URLs in place).';
 grant execute on function api.conversation_get(text) to authenticated;
 
 create function api.conversations_list(unread_only boolean, page_limit integer, starting_after text)
-returns jsonb
+returns text
 language plpgsql
 stable
 set search_path = ''
@@ -623,16 +625,17 @@ begin
     limit page_limit + 1);
   has_more := cardinality(page) > page_limit;
   page := page[1:page_limit];
-  return app.page_envelope(
-    (select jsonb_agg(app.conversation_json(c) order by array_position(page, c.id)) from app.conversations c where c.id = any (page)),
+  -- The envelope with unread_count as its last member (the envelope's closing brace replaced).
+  return left(app.page_envelope_text(
+    (select '[' || string_agg(t.body, ',' order by t.n) || ']' from app.conversation_texts(page) t),
     has_more,
     (select count(*) from app.conversation_members m where m.user_id = me and m.last_message_at is not null and (not unread_only or m.unread)),
-    app.to_public_id('conversation', page[cardinality(page)]))
-    || jsonb_build_object('unread_count', app.my_unread_conversations());
+    app.to_public_id('conversation', page[cardinality(page)])), -1)
+    || ',"unread_count":' || app.my_unread_conversations() || '}';
 end;
 $$;
 comment on function api.conversations_list(boolean, integer, text) is
-  'GET /v1/conversations: the viewer''s conversations with messages, latest activity first (index on the inbox), optionally only unread ones; unread_count counts across all pages. A cursor that is not in the list is 404.';
+  'GET /v1/conversations, as JSON text with URL markers (app.conversation_texts): the viewer''s conversations with messages, latest activity first (index on the inbox), optionally only unread ones; unread_count counts across all pages. A cursor that is not in the list is 404.';
 grant execute on function api.conversations_list(boolean, integer, text) to authenticated;
 
 create function api.conversation_read(conversation_ref text)

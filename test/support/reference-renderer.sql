@@ -1,7 +1,8 @@
 -- The renderer of todos as it was before issue 27 (supabase/schemas/70_rendering.sql at commit
--- fdb8ccc), and of comments and messages as they were before app.comments_text (commit
--- c40a629) and app.messages_text (commit 55f023b): every page built as jsonb from the tables on
--- every read. test/render-once.test.ts
+-- fdb8ccc), and of comments, messages and conversations as they were before
+-- app.comments_text (commit c40a629), app.messages_text (commit 55f023b) and
+-- app.conversation_texts (commit 950c492): every page built as jsonb from the tables on every
+-- read. test/render-once.test.ts
 -- creates it in schema `reference` of its own database and requires the renderings kept on
 -- write (app.todos_text and the cards) to give the same JSON, value for value. Copied, not
 -- imported: it must not change when the product's renderer does. Helpers whose meaning did not
@@ -400,6 +401,28 @@ as $$
         'created_at', r.created_at,
         'user', (select u.body from reference.users_json(array[r.user_id]) u)) order by r.created_at, r.content)
       from app.message_reactions r where r.message_id = m.id), '[]'::jsonb))
+$$;
+
+-- A conversation as app.conversation_json rendered it before app.conversation_texts (commit
+-- 950c492), with the reference renderers of users and messages above.
+create function reference.conversation_json(c app.conversations)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+  select jsonb_build_object(
+    'id', app.to_public_id('conversation', c.id),
+    'created_at', c.created_at,
+    'updated_at', c.updated_at,
+    'unread', coalesce(m.unread, false),
+    'user', (select u.body from reference.users_json(array[m.other_user_id]) u),
+    'last_message', (
+      select reference.message_json(last)
+      from app.messages last where last.conversation_id = c.id
+      order by last.created_at desc, last.id desc limit 1))
+  from app.conversation_members m
+  where m.conversation_id = c.id and m.user_id = (select auth.uid())
 $$;
 
 grant execute on all functions in schema reference to authenticated;
