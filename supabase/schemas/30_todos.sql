@@ -1038,14 +1038,16 @@ grant execute on function api.todo_deletion_preview(text) to authenticated;
 
 create function api.todos_list(filters jsonb, page_limit integer, starting_after text, expand_reactions boolean)
 returns text
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select app.todo_page('all', null, filters, page_limit, starting_after, expand_reactions)
+begin
+  return app.todo_page('all', null, filters, page_limit, starting_after, expand_reactions);
+end;
 $$;
 comment on function api.todos_list(jsonb, integer, text, boolean) is
-  'GET /v1/todos: every todo the viewer may see, newest first, with the filters of every todo list.';
+  'GET /v1/todos: every todo the viewer may see, newest first, with the filters of every todo list. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined and was parsed and planned again on every call (20-40 us of a 1 ms page).';
 grant execute on function api.todos_list(jsonb, integer, text, boolean) to authenticated;
 
 create function api.user_todos(user_ref text, filters jsonb, page_limit integer, starting_after text, expand_reactions boolean)
