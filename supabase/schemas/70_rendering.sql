@@ -249,7 +249,9 @@ grant execute on function app.picture_urls(text, text, text, text, text) to auth
 -- A comment's rendering (app.comments_text) is made of the same parts: its creator and its
 -- mentioned users and projects from their cards, its attachments' cards, the viewer's reactions
 -- read for the viewer; its own members (body, times, counters, parent) written out from its row,
--- which the page reads anyway. Nothing of it is stored with the comment.
+-- which the page reads anyway. Nothing of it is stored with the comment. A direct message's
+-- (app.message_texts) and a conversation's (app.conversation_texts) likewise: the creator, the
+-- reactors and the other participant from their cards, the rest written out from the rows.
 
 create function app.user_card(id uuid, username text, first_name text, last_name text, bio text, location text, website_url text, time_zone text, privacy app.privacy, subscription_active boolean, avatar_key text, header_key text, header_color text, todos_count integer, followers_count integer, best_streak integer, created_at timestamptz, updated_at timestamptz)
 returns text
