@@ -165,6 +165,25 @@ describe('messages', () => {
     expect((await world.get(`/v1/conversations/${conversation}`, { auth: a.token })).body.unread).toBe(false)
   })
 
+  it('total_count is the conversation\'s messages_count, kept on write: resends count once, an operator\'s deletion counts out', async () => {
+    const c = await chatter()
+    const d = await chatter()
+    const id = (await open(c, d.username)).body.id
+    const total = async () => (await world.get(`/v1/conversations/${id}/messages?limit=1`, { auth: d.token })).body.total_count
+    expect(await total()).toBe(0)
+    const clientId = crypto.randomUUID()
+    expect((await send(c, id, { body: 'one', client_message_id: clientId })).status).toBe(201)
+    expect((await send(c, id, { body: 'one again', client_message_id: clientId })).status).toBe(200)
+    expect((await send(d, id, { body: 'two' })).status).toBe(201)
+    expect((await send(c, id, { body: 'three' })).status).toBe(201)
+    expect(await total()).toBe(3)
+    // Two deleted in one statement (the API deletes none): counted out once, per conversation.
+    await world.sql`delete from app.messages where conversation_id = ${id.replace(/^conversation_/, '')}::uuid and body in ('one', 'three')`
+    expect(await total()).toBe(1)
+    const [row] = await world.sql`select messages_count from app.conversations where id = ${id.replace(/^conversation_/, '')}::uuid`
+    expect(row!.messages_count).toBe(1)
+  })
+
   it('client_message_id makes sending idempotent: 200 with the original, also under concurrent resends', async () => {
     const id = crypto.randomUUID()
     const first = await send(a, conversation, { body: 'Once', client_message_id: id })

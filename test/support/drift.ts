@@ -28,6 +28,9 @@ export async function counterDrift(sql: Sql<any>) {
         where m.last_message_at is distinct from (select max(x.created_at) from app.messages x where x.conversation_id = m.conversation_id))::int as inbox_last_message,
       (select count(*) from app.conversations c
         where c.last_message_at is distinct from (select max(x.created_at) from app.messages x where x.conversation_id = c.id))::int as conversation_last_message,
+      -- A conversation's messages (the total_count of its messages' pages).
+      (select count(*) from app.conversations c
+        where c.messages_count <> (select count(*) from app.messages x where x.conversation_id = c.id))::int as conversation_messages,
       -- Unread: the newest message of a conversation is the other participant's and came after
       -- the member last read, or the flag is off. Only the newest message is compared: it is the
       -- one whose arrival set the flag last.
@@ -72,7 +75,7 @@ export async function streakDrift(sql: Sql<any>): Promise<string[]> {
 /** counterDrift's answer when every counter equals its recount. */
 export const NO_DRIFT = {
   todo_reactions: 0, todo_comments: 0, comment_reactions: 0, user_followers: 0, user_todos: 0, project_followers: 0, project_todos: 0,
-  totals_by_privacy: 0, totals: 0, inbox_last_message: 0, conversation_last_message: 0, unread_after_own_message: 0, read_before_newest: 0,
+  totals_by_privacy: 0, totals: 0, inbox_last_message: 0, conversation_last_message: 0, conversation_messages: 0, unread_after_own_message: 0, read_before_newest: 0,
   sealed_hours: 0,
 }
 
