@@ -273,6 +273,8 @@ async function apply(a: Action): Promise<void> {
 
 /** How many messages the comparisons saw (each as one participant sees it). */
 let messagesCompared = 0
+/** How many (viewer, todo with comments) totals the comparisons saw, and how many were below the todo's comments_count (hidden or muted comments). */
+const commentTotals = { compared: 0, fewer: 0 }
 
 /** Every todo, user and project, as every member sees them, by both renderers; compared as JSON values. */
 async function compareForEveryone(label: string): Promise<number> {
@@ -309,6 +311,17 @@ async function compareForEveryone(label: string): Promise<number> {
                   from app.conversation_texts(array(select c.id from app.conversations c order by c.id)) t) as new_conversations,
                (select jsonb_agg(app.resolve_urls(api.conversation_get(app.to_public_id('conversation', c.id)))::jsonb order by c.id)
                   from app.conversations c) as new_conversation_singles,
+               -- total_count of a todo's comments and of a conversation's messages, kept on write,
+               -- against a recount through the policies (as the viewer: what the pages hold).
+               (select jsonb_object_agg(t.id, (app.resolve_urls(api.todo_comments(app.to_public_id('todo', t.id), 100, null))::jsonb ->> 'total_count')::int)
+                  from app.todos t where t.comments_count > 0) as new_comment_totals,
+               (select jsonb_object_agg(t.id, (select count(*) from app.comments c where c.todo_id = t.id
+                                                 and not exists (select 1 from app.mutes m where m.user_id = ${viewer.id} and m.muted_user_id = c.user_id)))
+                  from app.todos t where t.comments_count > 0) as old_comment_totals,
+               (select jsonb_object_agg(t.id, t.comments_count) from app.todos t where t.comments_count > 0) as comments_counts,
+               (select jsonb_object_agg(c.id, (app.resolve_urls(api.messages_list(app.to_public_id('conversation', c.id), 100, null))::jsonb ->> 'total_count')::int)
+                  from app.conversations c) as new_message_totals,
+               (select jsonb_object_agg(c.id, (select count(*) from app.messages m where m.conversation_id = c.id)) from app.conversations c) as old_message_totals,
                app.resolve_urls(app.project_page(null, 100, null))::jsonb as new_project_envelope,
                (select jsonb_object_agg(u.id, app.resolve_urls(app.project_page(u.id, 100, null))::jsonb) from app.users u where u.id = any(${users}::uuid[])) as new_maker_pages,
                (select jsonb_object_agg(u.id, (
@@ -330,6 +343,13 @@ async function compareForEveryone(label: string): Promise<number> {
     expect(row.new_comments, `${label}: comments as ${viewer.username} sees them`).toEqual(row.old_comments)
     expect(row.new_comment_singles, `${label}: a comment as POST and PATCH answer it, as ${viewer.username}`).toEqual(row.old_comments)
     expect(row.new_messages, `${label}: messages as ${viewer.username} sees them`).toEqual(row.old_messages)
+    expect(row.new_comment_totals, `${label}: total_count of GET /v1/todos/{id}/comments as ${viewer.username}`).toEqual(row.old_comment_totals)
+    expect(row.new_message_totals, `${label}: total_count of GET /v1/conversations/{id}/messages as ${viewer.username}`).toEqual(row.old_message_totals)
+    const counts = (row.comments_counts ?? {}) as Record<string, number>
+    for (const [todo, total] of Object.entries((row.old_comment_totals ?? {}) as Record<string, number>)) {
+      commentTotals.compared++
+      if (total < counts[todo]!) commentTotals.fewer++
+    }
     expect(row.new_message_singles, `${label}: a message as POST answers it, as ${viewer.username}`).toEqual(row.old_messages)
     expect(row.new_conversations, `${label}: conversations as ${viewer.username} sees them`).toEqual(row.old_conversations)
     expect(row.new_conversation_singles, `${label}: GET /v1/conversations/{id} as ${viewer.username}`).toEqual(row.old_conversations)
@@ -390,6 +410,14 @@ describe('render once, serve many (issue 27)', () => {
     await apply({ kind: 'attach', todo: 0, width: 10, octet: false, comment: 0 })
     await apply({ kind: 'message', a: 0, b: 1, words: 'hi "there" 🎉', client: true, attach: true })
     await apply({ kind: 'react_message', member: 1, message: 0, emoji: 1 })
+    // A protected member's comment on someone else's public todo: counted for a follower who does
+    // not own the todo, left out for a member who does not follow them.
+    const [protectedCommenter, follower] = [members[2]!.id, members[5]!.id]
+    await sql`update app.users set privacy = 'protected' where id = ${protectedCommenter}`
+    const [publicTodo] = await sql`select id from app.todos where author_privacy = 'public' and user_id not in (${protectedCommenter}, ${follower}) order by created_at limit 1`
+    await sql`insert into app.comments (todo_id, user_id, body) values (${publicTodo!.id}, ${protectedCommenter}, 'for followers')`
+    await sql`insert into app.user_follows (follower_id, followee_id) values (${follower}, ${protectedCommenter}) on conflict do nothing`
+    await sql`delete from app.mutes where user_id = ${follower} and muted_user_id = ${protectedCommenter}`
     const [covered] = await sql`
       select (select count(*) from app.comments where parent_id is not null)::int as replies,
              (select count(*) from app.reactions where comment_id is not null)::int as reactions,
@@ -411,6 +439,9 @@ describe('render once, serve many (issue 27)', () => {
       { numRuns: 40 },
     )
     expect(runs).toBe(40)
+    // The totals were compared where comments were hidden or muted too, not only where all were seen.
+    expect(commentTotals.fewer, JSON.stringify(commentTotals)).toBeGreaterThan(0)
+    expect(commentTotals.fewer, JSON.stringify(commentTotals)).toBeLessThan(commentTotals.compared)
   }, 600_000)
 
   it('the todos written before their card existed are carded by the backfill block by block, their answers and updated_at unchanged, held rows skipped; members cannot write a card', async () => {

@@ -169,6 +169,44 @@ describe('comments', () => {
     expect(Number(limited.headers.get('retry-after'))).toBeGreaterThan(0)
   })
 
+  it('total_count counts the comments the viewer sees, from the todo\'s counter: privacy, follows and mutes; a privacy change leaves updated_at', async () => {
+    const [owner, pub, prot, priv, reader] = await Promise.all(['cowner', 'cpub', 'cprot', 'cpriv', 'creader'].map((name) => world.createUser(name)))
+    const setPrivacy = (user: CreatedUser, privacy: string) => world.sql`update app.users set privacy = ${privacy}::app.privacy where username = ${user.username}`
+    await setPrivacy(prot!, 'protected')
+    await setPrivacy(priv!, 'private')
+    const todo = await post(owner!, 'Talk to me')
+    for (const [user, body] of [[pub!, 'public words'], [prot!, 'protected words'], [priv!, 'private words'], [reader!, 'my words']] as const) {
+      expect((await comment(user, todo.id, body)).status).toBe(201)
+    }
+    const seen = async (user: CreatedUser) => {
+      const res = await world.get(`/v1/todos/${todo.id}/comments`, { auth: user.api_key })
+      expect(res.status).toBe(200)
+      expect(res.body.total_count, `${user.username}: the total is what the pages hold`).toBe(res.body.data.length)
+      return bodies(res).sort()
+    }
+    expect(await seen(owner!)).toEqual(['my words', 'private words', 'protected words', 'public words'])
+    expect(await seen(reader!)).toEqual(['my words', 'public words'])
+    expect(await seen(priv!)).toEqual(['my words', 'private words', 'public words'])
+    await world.sql`insert into app.user_follows (follower_id, followee_id)
+                    select r.id, p.id from app.users r, app.users p where r.username = ${reader!.username} and p.username = ${prot!.username}`
+    expect(await seen(reader!)).toEqual(['my words', 'protected words', 'public words'])
+    // The public commenter goes private: their comment leaves the reader's count, its updated_at stays.
+    const [before] = await world.sql`select updated_at from app.comments where body = 'public words'`
+    await setPrivacy(pub!, 'private')
+    expect(await seen(reader!)).toEqual(['my words', 'protected words'])
+    const [after] = await world.sql`select updated_at, author_privacy from app.comments where body = 'public words'`
+    expect(after).toEqual({ updated_at: before!.updated_at, author_privacy: 'private' })
+    // Muted: left out for the muter, the owner's muted commenter too.
+    expect((await world.post(`/v1/users/${prot!.username}/mute`, { auth: reader!.api_key })).status).toBe(204)
+    expect(await seen(reader!)).toEqual(['my words'])
+    expect((await world.post(`/v1/users/${priv!.username}/mute`, { auth: owner!.api_key })).status).toBe(204)
+    expect(await seen(owner!)).toEqual(['my words', 'protected words', 'public words'])
+    // A member cannot write the copy: the insert's value is replaced by the commenter's privacy.
+    await expect(world.sql`insert into app.comments (todo_id, user_id, body, author_privacy)
+                           select app.from_public_id('todo', ${todo.id}), u.id, 'forged', 'public' from app.users u where u.username = ${priv!.username}
+                           returning author_privacy`.then((rows) => rows[0]!.author_privacy)).resolves.toBe('private')
+  })
+
   it('DELETE is rate-limited too (429)', async () => {
     const dave = await world.createUser('dave')
     const todo = await post(alice, 'Many comments')

@@ -19,7 +19,8 @@ create table app.comments (
   body            text not null default '' check (length(body) <= 10000),
   reactions_count integer not null default 0 check (reactions_count >= 0),
   created_at      timestamptz not null default now(),
-  updated_at      timestamptz not null default now()
+  updated_at      timestamptz not null default now(),
+  author_privacy  app.privacy not null default 'public'
 );
 comment on table app.comments is
   'A comment on a todo, or a reply to another comment on the same todo (parent_id). Deleting a comment deletes its replies (cascade). Body may be empty when the comment carries attachments.';
@@ -27,6 +28,12 @@ comment on table app.comments is
 create index comments_todo_id_created_at_idx on app.comments (todo_id, created_at, id);
 create index comments_user_id_idx on app.comments (user_id, todo_id);
 create index comments_parent_id_idx on app.comments (parent_id) where (parent_id is not null);
+-- A todo's comments by members who are not public: the only ones a viewer may not see, so the
+-- visible total is the todo's comments_count less those the viewer may not see among these
+-- (app.visible_comments_count). Small: most commenters are public.
+create index comments_todo_id_not_public_idx on app.comments (todo_id, user_id) include (author_privacy) where (author_privacy <> 'public');
+comment on column app.comments.author_privacy is
+  'The commenter''s users.privacy, copied as app.todos.author_privacy is, so a todo''s visible comments are counted from its comments_count and its comments by members who are not public (comments_todo_id_not_public_idx) instead of each comment passing the comments policy. Set on insert (app.tg_comments__author_privacy: the default is never what a comment keeps), updated when the commenter changes privacy (app.tg_users__propagate_privacy_to_comments). Never changes updated_at.';
 
 create table app.reactions (
   id         uuid primary key default gen_random_uuid(),
@@ -364,6 +371,88 @@ comment on function app.tg_comments__count() is
 create trigger _300_count after insert or delete on app.comments
   for each row execute function app.tg_comments__count();
 
+create function app.tg_comments__author_privacy()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  -- The commenter's row is share-locked, so a privacy change cannot slip between reading the
+  -- privacy here and this comment's commit: either it committed first and is read here, or it
+  -- waits for this commit and then updates this comment too (app.tg_users__propagate_privacy_to_comments).
+  select u.privacy into new.author_privacy from app.users u where u.id = new.user_id for share;
+  return new;
+end;
+$$;
+comment on function app.tg_comments__author_privacy() is
+  'Before a comment is stored: its author_privacy, read with the commenter''s row share-locked (a privacy change waits for the comment, or the comment for it), whatever the insert said. Security definer: members may not write author_privacy.';
+create trigger _050_author_privacy before insert on app.comments
+  for each row execute function app.tg_comments__author_privacy();
+
+create function app.tg_users__propagate_privacy_to_comments()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  update app.comments c set author_privacy = new.privacy
+  where c.user_id = new.id and c.author_privacy <> new.privacy;
+  return null;
+end;
+$$;
+comment on function app.tg_users__propagate_privacy_to_comments() is
+  'After a member changes privacy: their comments carry the new value in the same transaction (by comments_user_id_idx), so a todo''s visible comments_count (app.visible_comments_count) is never counted from a stale copy. Costs as many rows as the member wrote comments, as app.tg_users__propagate_privacy does for their todos. Security definer: members may not write author_privacy.';
+create trigger _210_propagate_privacy_to_comments after update of privacy on app.users
+  for each row when (old.privacy is distinct from new.privacy)
+  execute function app.tg_users__propagate_privacy_to_comments();
+
+create function app.visible_comments_count(todo_id uuid)
+returns bigint
+language plpgsql
+stable
+security definer
+set search_path = ''
+as $$
+declare
+  viewer_id uuid := auth.uid();
+begin
+  -- comments_count counts every comment of the todo (app.tg_comments__count). Less:
+  --   - those the viewer may not see (the comments policy: the todo's owner sees every comment;
+  --     others a public member's, their own, and a protected member's they follow), found
+  --     among the comments of members who are not public alone (a partial index);
+  --   - those the viewer may see by members they muted (a probe per muted member: a member
+  --     never mutes themselves).
+  -- The two sets do not overlap. Null when the viewer may not see the todo (the todos policy's
+  -- rule on author_privacy, written out).
+  return (
+    select t.comments_count
+      - case when t.user_id = viewer_id then 0 else (
+          select count(*) from app.comments c
+          where c.todo_id = t.id and c.author_privacy <> 'public' and c.user_id <> viewer_id
+            and not (c.author_privacy = 'protected' and exists (
+                       select 1 from app.user_follows f where f.follower_id = viewer_id and f.followee_id = c.user_id)))
+        end
+      - (select count(*) from app.mutes m
+           join app.comments c on c.user_id = m.muted_user_id and c.todo_id = t.id
+          where m.user_id = viewer_id
+            and (t.user_id = viewer_id or c.author_privacy = 'public'
+                 or (c.author_privacy = 'protected' and exists (
+                       select 1 from app.user_follows f where f.follower_id = viewer_id and f.followee_id = c.user_id))))
+    from app.todos t
+    where t.id = visible_comments_count.todo_id
+      and (t.author_privacy = 'public' or t.user_id = viewer_id
+           or (t.author_privacy = 'protected' and exists (
+                 select 1 from app.user_follows f where f.follower_id = viewer_id and f.followee_id = t.user_id))));
+end;
+$$;
+comment on function app.visible_comments_count(uuid) is
+  'How many comments of a todo the current viewer sees, muted members'' left out: the total_count of GET /v1/todos/{id}/comments. From the todo''s comments_count less the comments the viewer may not see, found among those of members who are not public (comments_todo_id_not_public_idx), and less the muted members'' they may see: the cost follows the todo''s comments by members who are not public and the viewer''s mutes, not every comment (each passed the comments policy before: 81 ms a page at 10,000 comments). Security definer so the comments are not filtered by the policy row by row: it applies the same rule (app.can_see_comment''s, on author_privacy) and answers only for auth.uid() and a todo they may see (null otherwise). PL/pgSQL: its statement is planned once per session.';
+grant execute on function app.visible_comments_count(uuid) to authenticated;
+
 create function app.tg_user_follows__count()
 returns trigger
 language plpgsql
@@ -460,8 +549,10 @@ create trigger _300_answer_follow_requests after update of privacy on app.projec
   for each row when (old.privacy is distinct from new.privacy)
   execute function app.tg_projects__answer_follow_requests();
 
+-- A commenter's privacy copied onto their comments (author_privacy) is not an edit of them.
 create trigger _110_set_updated_at before update on app.comments
-  for each row execute function app.tg__set_updated_at();
+  for each row when (old.author_privacy is not distinct from new.author_privacy)
+  execute function app.tg__set_updated_at();
 
 -- ============================================================================
 -- API functions
@@ -578,14 +669,12 @@ begin
   return app.page_envelope_text(
     app.comments_text(page),
     has_more,
-    (select count(*) from app.comments c
-      where c.todo_id = target.id
-        and not exists (select 1 from app.mutes m where m.user_id = (select auth.uid()) and m.muted_user_id = c.user_id)),
+    app.visible_comments_count(target.id),
     app.to_public_id('comm', page[cardinality(page)]));
 end;
 $$;
 comment on function api.todo_comments(text, integer, text) is
-  'GET /v1/todos/{todo_id}/comments: oldest first (a conversation reads top-down), replies included with their parent_id, comments of muted members left out. JSON text with URL markers (app.comments_text; the HTTP layer puts the URLs in place), as the todo lists answer.';
+  'GET /v1/todos/{todo_id}/comments: oldest first (a conversation reads top-down), replies included with their parent_id, comments of muted members left out. JSON text with URL markers (app.comments_text; the HTTP layer puts the URLs in place), as the todo lists answer. total_count from the todo''s counter (app.visible_comments_count), not a count of every comment.';
 grant execute on function api.todo_comments(text, integer, text) to authenticated;
 
 create function app.lock_reactable(target_todo uuid, target_comment uuid)

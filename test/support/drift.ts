@@ -28,6 +28,9 @@ export async function counterDrift(sql: Sql<any>) {
         where m.last_message_at is distinct from (select max(x.created_at) from app.messages x where x.conversation_id = m.conversation_id))::int as inbox_last_message,
       (select count(*) from app.conversations c
         where c.last_message_at is distinct from (select max(x.created_at) from app.messages x where x.conversation_id = c.id))::int as conversation_last_message,
+      -- The privacy copies the policies and the comment totals read (author_privacy).
+      (select count(*) from app.todos t join app.users u on u.id = t.user_id where t.author_privacy <> u.privacy)::int as todo_author_privacy,
+      (select count(*) from app.comments c join app.users u on u.id = c.user_id where c.author_privacy <> u.privacy)::int as comment_author_privacy,
       -- A conversation's messages (the total_count of its messages' pages).
       (select count(*) from app.conversations c
         where c.messages_count <> (select count(*) from app.messages x where x.conversation_id = c.id))::int as conversation_messages,
@@ -75,7 +78,7 @@ export async function streakDrift(sql: Sql<any>): Promise<string[]> {
 /** counterDrift's answer when every counter equals its recount. */
 export const NO_DRIFT = {
   todo_reactions: 0, todo_comments: 0, comment_reactions: 0, user_followers: 0, user_todos: 0, project_followers: 0, project_todos: 0,
-  totals_by_privacy: 0, totals: 0, inbox_last_message: 0, conversation_last_message: 0, conversation_messages: 0, unread_after_own_message: 0, read_before_newest: 0,
+  totals_by_privacy: 0, totals: 0, inbox_last_message: 0, conversation_last_message: 0, conversation_messages: 0, todo_author_privacy: 0, comment_author_privacy: 0, unread_after_own_message: 0, read_before_newest: 0,
   sealed_hours: 0,
 }
 
