@@ -648,13 +648,12 @@ begin
     limit page_limit + 1);
   has_more := cardinality(page) > page_limit;
   page := page[1:page_limit];
-  -- The envelope with unread_count as its last member (the envelope's closing brace replaced).
-  return left(app.page_envelope_text(
+  return app.page_envelope_text(
     (select '[' || string_agg(t.body, ',' order by t.n) || ']' from app.conversation_texts(page) t),
     has_more,
     (select count(*) from app.conversation_members m where m.user_id = me and m.last_message_at is not null and (not unread_only or m.unread)),
-    app.to_public_id('conversation', page[cardinality(page)])), -1)
-    || ',"unread_count":' || app.my_unread_conversations() || '}';
+    app.to_public_id('conversation', page[cardinality(page)]),
+    ',"unread_count":' || app.my_unread_conversations());
 end;
 $$;
 comment on function api.conversations_list(boolean, integer, text) is

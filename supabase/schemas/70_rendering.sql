@@ -773,7 +773,7 @@ comment on function app.page_envelope(jsonb, boolean, bigint, text) is
   'Inlined (no SET clause, no table access; stable, as jsonb_build_object is, or it would not be inlined). The envelope every paginated list returns: data, has_more, total_count, after (the id of the last item, to pass as starting_after; null on the last page). Why the last id as cursor: clients already hold it, and SPEC''s conversations list treats the cursor as an item that must exist.';
 grant execute on function app.page_envelope(jsonb, boolean, bigint, text) to authenticated, service_role;
 
-create function app.page_envelope_text(data text, has_more boolean, total_count bigint, last_id text)
+create function app.page_envelope_text(data text, has_more boolean, total_count bigint, last_id text, more_members text default '')
 returns text
 language sql
 stable
@@ -782,11 +782,12 @@ as $$
     || ',"has_more":' || has_more
     || ',"total_count":' || coalesce(total_count::text, 'null')
     || ',"after":' || case when has_more then app.json_text(last_id) else 'null' end
+    || coalesce(more_members, '')
     || '}'
 $$;
-comment on function app.page_envelope_text(text, boolean, bigint, text) is
-  'Inlined (no SET clause, no table access). app.page_envelope around data given as JSON text (an array, URLs in place or as markers), as JSON text: the todo lists send their page as the text it was concatenated into (issue 27), never parsed into jsonb and printed again, nor checked by a cast to json (a parse of the whole page: 0.08 ms of a 30 KB page).';
-grant execute on function app.page_envelope_text(text, boolean, bigint, text) to authenticated, service_role;
+comment on function app.page_envelope_text(text, boolean, bigint, text, text) is
+  'Inlined (no SET clause, no table access). app.page_envelope around data given as JSON text (an array, URLs in place or as markers), as JSON text: the todo lists send their page as the text it was concatenated into (issue 27), never parsed into jsonb and printed again, nor checked by a cast to json (a parse of the whole page: 0.08 ms of a 30 KB page). more_members: members a list adds after the envelope''s own, as JSON text that starts with a comma (GET /v1/conversations'' unread_count).';
+grant execute on function app.page_envelope_text(text, boolean, bigint, text, text) to authenticated, service_role;
 
 create function app.project_page(maker_id uuid, page_limit integer, starting_after text)
 returns text
