@@ -319,6 +319,9 @@ async function compareForEveryone(label: string): Promise<number> {
                                                  and not exists (select 1 from app.mutes m where m.user_id = ${viewer.id} and m.muted_user_id = c.user_id)))
                   from app.todos t where t.comments_count > 0) as old_comment_totals,
                (select jsonb_object_agg(t.id, t.comments_count) from app.todos t where t.comments_count > 0) as comments_counts,
+               -- The comments the policy lets the viewer see, against the policy before author_privacy.
+               (select coalesce(jsonb_agg(c.id order by c.id), '[]') from app.comments c) as comments_seen,
+               (select coalesce(jsonb_agg(id order by id), '[]') from reference.comments_seen_before(${viewer.id}) id) as comments_seen_before,
                (select jsonb_object_agg(c.id, (app.resolve_urls(api.messages_list(app.to_public_id('conversation', c.id), 100, null))::jsonb ->> 'total_count')::int)
                   from app.conversations c) as new_message_totals,
                (select jsonb_object_agg(c.id, (select count(*) from app.messages m where m.conversation_id = c.id)) from app.conversations c) as old_message_totals,
@@ -343,6 +346,7 @@ async function compareForEveryone(label: string): Promise<number> {
     expect(row.new_comments, `${label}: comments as ${viewer.username} sees them`).toEqual(row.old_comments)
     expect(row.new_comment_singles, `${label}: a comment as POST and PATCH answer it, as ${viewer.username}`).toEqual(row.old_comments)
     expect(row.new_messages, `${label}: messages as ${viewer.username} sees them`).toEqual(row.old_messages)
+    expect(row.comments_seen, `${label}: the comments the policy shows ${viewer.username}`).toEqual(row.comments_seen_before)
     expect(row.new_comment_totals, `${label}: total_count of GET /v1/todos/{id}/comments as ${viewer.username}`).toEqual(row.old_comment_totals)
     expect(row.new_message_totals, `${label}: total_count of GET /v1/conversations/{id}/messages as ${viewer.username}`).toEqual(row.old_message_totals)
     const counts = (row.comments_counts ?? {}) as Record<string, number>

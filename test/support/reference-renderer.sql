@@ -426,3 +426,19 @@ as $$
 $$;
 
 grant execute on all functions in schema reference to authenticated;
+
+-- The comments policy before 20261127180309 (app.can_see_comment per row, on the todos the
+-- viewer may see): the ids of the comments it let `viewer` see, read without policies.
+create function reference.comments_seen_before(viewer uuid)
+returns setof uuid
+language sql
+stable
+security definer
+set search_path = ''
+as $$
+  select c.id from app.comments c join app.todos t on t.id = c.todo_id
+  where (t.author_privacy = 'public' or t.user_id = viewer
+         or (t.author_privacy = 'protected' and t.user_id in (select f.followee_id from app.user_follows f where f.follower_id = viewer)))
+    and app.can_see_comment(t.user_id, c.user_id, viewer)
+$$;
+grant execute on function reference.comments_seen_before(uuid) to authenticated;
