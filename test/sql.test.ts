@@ -67,7 +67,7 @@ describe('conventions, from the catalog', () => {
       'app.notification_preference_json(text,text,text,boolean)',
       'app.notification_types()',
       'app.page_envelope(jsonb,boolean,bigint,text)',
-      'app.page_envelope_text(text,boolean,bigint,text)',
+      'app.page_envelope_text(text,boolean,bigint,text,text)',
       'app.picture_urls(text,text,text,text,text)',
       'app.picture_urls_text(text,text,text)',
       'app.project_mention_text(text)',

@@ -18,7 +18,9 @@
 -- is checked once everything is in place (by test/schema.test.ts), not statement by statement.
 set local check_function_bodies = off;
 
-lock table app.users in share mode;
+-- In a DO block: the Supabase CLI sends a migration as one implicit transaction, where a
+-- top-level LOCK TABLE is refused (25P01); the lock holds until that transaction commits alike.
+do $$ begin lock table app.users in share mode; end $$;
 
 -- trigger _110_set_updated_at on app.comments: supabase/schemas/40_social.sql
 DROP TRIGGER "_110_set_updated_at" ON "app"."comments";
