@@ -38,6 +38,7 @@ import { finished } from 'node:stream/promises'
 import { Hono, type Context } from 'hono'
 import { type JWTPayload, SignJWT, errors as joseErrors, jwtVerify } from 'jose'
 import type { Sql } from 'postgres'
+import { transaction } from '../functions/lib/sql.ts'
 import { supabaseStorage } from '../functions/lib/supabase-storage.ts'
 import type { FileStorage } from '../functions/lib/storage.ts'
 
@@ -234,7 +235,7 @@ export function storageApi(options: StorageApiOptions): StorageApi {
   async function probeWrite(bucketId: string, name: string, upsert: boolean, owner?: string): Promise<Response | null> {
     const rolledBack = new Error('probe')
     try {
-      await options.sql.begin(async (tx) => {
+      await transaction(options.sql, async (tx) => {
         if (upsert) {
           await tx`insert into storage.objects (bucket_id, name, owner) values (${bucketId}, ${name}, ${owner ?? null})
                    on conflict (bucket_id, name) do update set metadata = null, owner = excluded.owner, updated_at = now()`
@@ -336,7 +337,7 @@ export function storageApi(options: StorageApiOptions): StorageApi {
       let moveError: unknown = null
       let row: ObjectRow | undefined
       try {
-        row = await options.sql.begin(async (tx) => {
+        row = await transaction(options.sql, async (tx) => {
           const [inserted] = await tx<ObjectRow[]>`
             insert into storage.objects (bucket_id, name, owner, metadata) values (${bucketId}, ${name}, ${owner ?? null}, ${tx.json(metadata)})
             on conflict (bucket_id, name) do update set metadata = excluded.metadata, owner = excluded.owner, updated_at = now()
@@ -508,7 +509,7 @@ export function storageApi(options: StorageApiOptions): StorageApi {
       if (prefixes.length > DELETE_LIMIT) return storageError(400, 'InvalidRequest', `At most ${DELETE_LIMIT} names in one request.`)
       const names = (prefixes as string[]).filter((name) => objectName(encodeName(name)) === name)
       // As Storage deletes: with storage.allow_delete_query set for its transaction (storage.protect_delete).
-      const deleted = names.length === 0 ? [] : await options.sql.begin(async (tx) => {
+      const deleted = names.length === 0 ? [] : await transaction(options.sql, async (tx) => {
         await tx`select set_config('storage.allow_delete_query', 'true', true)`
         return await tx<ObjectRow[]>`delete from storage.objects where bucket_id = ${bucket} and name = any (${names}) returning *`
       })

@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { JWT_SECRET, type TestWorld, startWorld } from './support/app.ts'
 import { type StorageApi, storageApi } from '../local/storage-api.ts'
 import { supabaseStorage } from '../functions/lib/supabase-storage.ts'
+import { createSql } from '../functions/lib/sql.ts'
 import { exportKey } from '../functions/lib/storage.ts'
 import { closeAfterUnreadBody } from '../local/node-http.ts'
 
@@ -231,6 +232,42 @@ describe('Storage REST API through @supabase/storage-js', () => {
     })
     expect(res.status).toBe(400)
     expect(((await res.json()) as { statusCode: string }).statusCode).toBe('400')
+  })
+
+  it('uploads while every connection of its pool is busy: each transaction waits for a connection of its own (never UNSAFE_TRANSACTION)', async () => {
+    // postgres.js pipelines a BEGIN onto a busy connection when the pool is full, then refuses the
+    // transaction (UNSAFE_TRANSACTION, a 500) and leaves that connection inside it (functions/lib/sql.ts,
+    // transaction()). The faults test met it under write load; here two connections are held busy.
+    const small = createSql(world.databaseUrl, { max: 2 })
+    const busyDir = await mkdtemp(join(tmpdir(), 'todo-storage-busy-'))
+    const busyApi = storageApi({ dir: busyDir, jwtSecret: JWT_SECRET, sql: small })
+    let busyServer: ServerType | undefined
+    try {
+      const busyUrl = await new Promise<string>((resolve) => {
+        busyServer = serve({ fetch: busyApi.routes.fetch, hostname: '127.0.0.1', port: 0 }, (info) => resolve(`http://127.0.0.1:${info.port}`))
+      })
+      const key = await busyApi.serviceRoleKey()
+      const storage = createClient(busyUrl, key, { auth: { persistSession: false, autoRefreshToken: false }, realtime: { transport: WebSocket as never } }).storage
+      const paths = Array.from({ length: 12 }, () => name('busy.png'))
+      const signed = await Promise.all(paths.map((path) => storage.from(BUCKET).createSignedUploadUrl(path)))
+      // Both connections kept busy with short statements while the uploads run.
+      let loading = true
+      const load = (async () => { while (loading) await Promise.all([small`select pg_sleep(0.002)`, small`select pg_sleep(0.002)`, small`select pg_sleep(0.002)`]) })()
+      const results = await Promise.all(paths.map((path, i) => storage.from(BUCKET).uploadToSignedUrl(path, signed[i]!.data!.token, png(), { contentType: 'image/png' })))
+      loading = false
+      await load
+      expect(results.map(failure)).toEqual(paths.map(() => null))
+      // Every object recorded, and no connection of the pool left inside a transaction.
+      const [recorded] = await world.sql`select count(*)::int as n from storage.objects where bucket_id = ${BUCKET} and name = any(${paths})`
+      expect(recorded!.n).toBe(paths.length)
+      // SAVEPOINT outside a transaction block fails (25P01); on a connection left inside one it would not.
+      const outside = await Promise.all([0, 1].map(() => small.unsafe('savepoint probe').then(() => 'inside a transaction', (e: { code?: string }) => e.code)))
+      expect(outside).toEqual(['25P01', '25P01'])
+    } finally {
+      await new Promise<void>((resolve) => (busyServer ? busyServer.close(() => resolve()) : resolve()))
+      await small.end()
+      await rm(busyDir, { recursive: true, force: true })
+    }
   })
 })
 
