@@ -182,6 +182,17 @@ describe('messages', () => {
     expect(await total()).toBe(1)
     const [row] = await world.sql`select messages_count from app.conversations where id = ${id.replace(/^conversation_/, '')}::uuid`
     expect(row!.messages_count).toBe(1)
+    // Counted in the statement that writes: a message inserted and deleted in one transaction
+    // counts in and out there (the delivery runs at commit), and a read in between counts it.
+    const conversationId = id.replace(/^conversation_/, '')
+    const counts = await world.sql.begin(async (tx) => {
+      await tx`insert into app.messages (conversation_id, user_id, body) values (${conversationId}::uuid, (select id from app.users where username = ${c.username}), 'fleeting')`
+      const [during] = await tx`select messages_count from app.conversations where id = ${conversationId}::uuid`
+      await tx`delete from app.messages where conversation_id = ${conversationId}::uuid and body = 'fleeting'`
+      return during!.messages_count as number
+    })
+    expect(counts).toBe(2)
+    expect(await total()).toBe(1)
   })
 
   it('client_message_id makes sending idempotent: 200 with the original, also under concurrent resends', async () => {

@@ -68,6 +68,9 @@ describe('seed generator', () => {
                              where t.local_date <> (t.created_at at time zone u.time_zone)::date`)).toBe(0)
     expect(await mismatches(`select 1 from app.todos t join app.users u on u.id = t.user_id
                              where t.author_privacy <> u.privacy`)).toBe(0)
+    // The comments' copy too (triggers are off while the seed writes; comments policy and totals read it).
+    expect(await mismatches(`select 1 from app.comments c join app.users u on u.id = c.user_id
+                             where c.author_privacy <> u.privacy`)).toBe(0)
     expect(await mismatches(`select 1 from app.todos t
                              where t.card is distinct from app.todo_card(t.id, t.created_at, t.updated_at)`)).toBe(0)
     expect(await mismatches(`select 1 from app.todos t where t.project_id is distinct from (

@@ -2,6 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { CommentSchema, ReactionSchema } from '../functions/lib/schemas.ts'
 import { type CreatedUser, type TestWorld, startWorld } from './support/app.ts'
+import { waitForLockWait } from './support/locks.ts'
 
 let world: TestWorld
 let alice: CreatedUser
@@ -201,10 +202,75 @@ describe('comments', () => {
     expect(await seen(reader!)).toEqual(['my words'])
     expect((await world.post(`/v1/users/${priv!.username}/mute`, { auth: owner!.api_key })).status).toBe(204)
     expect(await seen(owner!)).toEqual(['my words', 'protected words', 'public words'])
+    // The total answers only for a viewer who may see the todo: null for another's private todo and without a viewer.
+    await setPrivacy(owner!, 'private')
+    const countAs = (claims: Record<string, unknown>) => world.sql.begin(async (tx) => {
+      await tx`select set_config('role', 'authenticated', true), set_config('request.jwt.claims', ${JSON.stringify(claims)}, true)`
+      const [row] = await tx`select app.visible_comments_count(app.from_public_id('todo', ${todo.id})) as n`
+      return row!.n
+    })
+    const idOf = (user: CreatedUser) => user.id.replace(/^user_(.{8})(.{4})(.{4})(.{4})(.{12})$/, '$1-$2-$3-$4-$5')
+    expect(await countAs({ sub: idOf(reader!), role: 'authenticated' })).toBeNull()
+    expect(await countAs({ role: 'authenticated' })).toBeNull()
+    expect(Number(await countAs({ sub: idOf(owner!), role: 'authenticated' }))).toBe(3)
     // A member cannot write the copy: the insert's value is replaced by the commenter's privacy.
     await expect(world.sql`insert into app.comments (todo_id, user_id, body, author_privacy)
                            select app.from_public_id('todo', ${todo.id}), u.id, 'forged', 'public' from app.users u where u.username = ${priv!.username}
                            returning author_privacy`.then((rows) => rows[0]!.author_privacy)).resolves.toBe('private')
+  })
+
+  it('a comment and its commenter\'s privacy change at once: the comment keeps the privacy that commits last, in either order', async () => {
+    const [owner, member] = await Promise.all(['raceowner', 'racer'].map((name) => world.createUser(name)))
+    const todo = await post(owner!, 'Race on my comments')
+    const memberId = (await world.sql`select id from app.users where username = ${member!.username}`)[0]!.id as string
+    const todoId = (await world.sql`select app.from_public_id('todo', ${todo.id}) as id`)[0]!.id as string
+    const copy = async (body: string) => (await world.sql`select author_privacy from app.comments where body = ${body}`)[0]!.author_privacy
+    const held = await world.sql.reserve()
+    try {
+      // The comment first: the privacy change waits for it, then copies onto it too.
+      await held`begin`
+      await held`insert into app.comments (todo_id, user_id, body) values (${todoId}, ${memberId}, 'written first')`
+      const change = world.sql`update app.users set privacy = 'private' where id = ${memberId}`.execute()
+      await waitForLockWait(world.sql, { query: /update app\.users set privacy/ })
+      await held`commit`
+      await change
+      expect(await copy('written first')).toBe('private')
+      // The privacy change first: the comment waits for it, then reads the new value.
+      await held`begin`
+      await held`update app.users set privacy = 'protected' where id = ${memberId}`
+      const written = world.sql`insert into app.comments (todo_id, user_id, body) values (${todoId}, ${memberId}, 'written second')`.execute()
+      await waitForLockWait(world.sql, { query: /written second/ })
+      await held`commit`
+      await written
+      expect(await copy('written second')).toBe('protected')
+      expect(await copy('written first')).toBe('protected')
+    } finally {
+      await held`rollback`.catch(() => {})
+      held.release()
+    }
+  })
+
+  it('a comment whose todo is hidden from its writer while it is written is refused (422) and rolled back, never a 201 without its body', async () => {
+    const [author, writer] = await Promise.all(['hidingauthor', 'hidingwriter'].map((name) => world.createUser(name)))
+    const todo = await post(author!, 'About to go private')
+    const ids = await world.sql`select id from app.users where username in (${author!.username}, ${writer!.username})`
+    const held = await world.sql.reserve()
+    try {
+      // Both go private in one transaction: the writer's comment waits for it (the writer's
+      // privacy lock) after its checks passed, and renders once it committed: the todo is hidden.
+      await held`begin`
+      await held`update app.users set privacy = 'private' where id in ${held(ids.map((r) => r.id as string))}`
+      const answer = comment(writer!, todo.id, 'just in time')
+      await waitForLockWait(world.sql, { query: /api\.comment_create/ })
+      await held`commit`
+      const res = await answer
+      expect(res.status, res.text).toBe(422)
+      expect(res.body.error).toMatch(/no todo matches/)
+      expect(await world.sql`select 1 from app.comments where body = 'just in time'`).toHaveLength(0)
+    } finally {
+      await held`rollback`.catch(() => {})
+      held.release()
+    }
   })
 
   it('DELETE is rate-limited too (429)', async () => {

@@ -625,9 +625,10 @@ const STEPS: Step[] = [
         )
         insert into seed_comment_reaction_counts (comment_id, n) select comment_id, count(*) from made group by comment_id`, [anchor])
       await tx.unsafe(`
-        insert into app.comments (id, todo_id, user_id, parent_id, body, reactions_count, created_at, updated_at)
-        select c.id, c.todo_id, c.user_id, c.parent_id, c.body, coalesce(n.n, 0), c.created_at, c.created_at
+        insert into app.comments (id, todo_id, user_id, parent_id, body, reactions_count, created_at, updated_at, author_privacy)
+        select c.id, c.todo_id, c.user_id, c.parent_id, c.body, coalesce(n.n, 0), c.created_at, c.created_at, u.privacy
         from seed_comments c
+        join app.users u on u.id = c.user_id
         left join seed_comment_reaction_counts n on n.comment_id = c.id
         order by c.todo_i, c.j`)
     },

@@ -391,15 +391,21 @@ security definer
 set search_path = ''
 as $$
 begin
-  -- The commenter's row is share-locked, so a privacy change cannot slip between reading the
-  -- privacy here and this comment's commit: either it committed first and is read here, or it
-  -- waits for this commit and then updates this comment too (app.tg_users__propagate_privacy_to_comments).
-  select u.privacy into new.author_privacy from app.users u where u.id = new.user_id for share;
+  -- The commenter's privacy lock, shared: a privacy change takes it exclusively before it copies
+  -- the new value onto the member's comments, so it cannot slip between reading the privacy here
+  -- and this comment's commit. Either it holds the lock first, and this waits for its commit and
+  -- then reads the new value (each statement here takes a new snapshot), or this holds it first,
+  -- and the change waits for this commit and then updates this comment too. An advisory lock, not
+  -- a lock of the member's row: FOR SHARE there queued the comment behind every update of the
+  -- row (followers_count, todos_count, streaks) and could deadlock with an account deletion.
+  perform pg_advisory_xact_lock_shared(hashtext('app.comments author_privacy'), hashtext(new.user_id::text));
+  -- A commenter deleted meanwhile reads no row: the insert then fails on its foreign key (23503).
+  new.author_privacy := coalesce((select u.privacy from app.users u where u.id = new.user_id), new.author_privacy);
   return new;
 end;
 $$;
 comment on function app.tg_comments__author_privacy() is
-  'Before a comment is stored: its author_privacy, read with the commenter''s row share-locked (a privacy change waits for the comment, or the comment for it), whatever the insert said. Security definer: members may not write author_privacy.';
+  'Before a comment is stored: its author_privacy, read under the commenter''s privacy lock taken shared (a privacy change takes it exclusively: it waits for the comment, or the comment for it), whatever the insert said. Security definer: members may not write author_privacy.';
 create trigger _050_author_privacy before insert on app.comments
   for each row execute function app.tg_comments__author_privacy();
 
@@ -411,6 +417,10 @@ security definer
 set search_path = ''
 as $$
 begin
+  -- Comments being written by this member finish first (they hold the lock shared: see
+  -- app.tg_comments__author_privacy); the update below then sees them, and later ones read the
+  -- new value once this commits.
+  perform pg_advisory_xact_lock(hashtext('app.comments author_privacy'), hashtext(new.id::text));
   update app.comments c set author_privacy = new.privacy
   where c.user_id = new.id and c.author_privacy <> new.privacy;
   return null;
@@ -418,7 +428,10 @@ end;
 $$;
 comment on function app.tg_users__propagate_privacy_to_comments() is
   'After a member changes privacy: their comments carry the new value in the same transaction (by comments_user_id_idx), so a todo''s visible comments_count (app.visible_comments_count) is never counted from a stale copy. Costs as many rows as the member wrote comments, as app.tg_users__propagate_privacy does for their todos. Security definer: members may not write author_privacy.';
-create trigger _210_propagate_privacy_to_comments after update of privacy on app.users
+-- Before app.tg_users__propagate_privacy (_200) locks the member's todos: a comment being written
+-- holds the privacy lock shared and then updates its todo's counter, so taking the lock after
+-- the todos' row locks deadlocked with a comment on the member's own todo (test/races.test.ts).
+create trigger _190_propagate_privacy_to_comments after update of privacy on app.users
   for each row when (old.privacy is distinct from new.privacy)
   execute function app.tg_users__propagate_privacy_to_comments();
 
@@ -432,6 +445,10 @@ as $$
 declare
   viewer_id uuid := auth.uid();
 begin
+  -- Nobody: nothing to answer (the rule below needs a viewer; with none it would hide nothing).
+  if viewer_id is null then
+    return null;
+  end if;
   -- comments_count counts every comment of the todo (app.tg_comments__count). Less:
   --   - those the viewer may not see (the comments policy: the todo's owner sees every comment;
   --     others a public member's, their own, and a protected member's they follow), found
@@ -462,7 +479,7 @@ begin
 end;
 $$;
 comment on function app.visible_comments_count(uuid) is
-  'How many comments of a todo the current viewer sees, muted members'' left out: the total_count of GET /v1/todos/{id}/comments. From the todo''s comments_count less the comments the viewer may not see, found among those of members who are not public (comments_todo_id_not_public_idx), and less the muted members'' they may see: the cost follows the todo''s comments by members who are not public and the viewer''s mutes, not every comment (each passed the comments policy before: 81 ms a page at 10,000 comments). Security definer so the comments are not filtered by the policy row by row: it applies the same rule (app.can_see_comment''s, on author_privacy) and answers only for auth.uid() and a todo they may see (null otherwise). PL/pgSQL: its statement is planned once per session.';
+  'How many comments of a todo the current viewer sees, muted members'' left out: the total_count of GET /v1/todos/{id}/comments. From the todo''s comments_count less the comments the viewer may not see, found among those of members who are not public (comments_todo_id_not_public_idx), and less the muted members'' they may see: the cost follows the todo''s comments by members who are not public and the viewer''s mutes, not every comment (each passed the comments policy before: 81 ms a page at 10,000 comments). Security definer so the comments are not filtered by the policy row by row: it applies the same rule (app.can_see_comment''s, on author_privacy) and answers only for auth.uid() and a todo they may see (null otherwise, and without a viewer). PL/pgSQL: its statement is planned once per session.';
 grant execute on function app.visible_comments_count(uuid) to authenticated;
 
 create function app.tg_user_follows__count()
@@ -579,6 +596,7 @@ declare
   target app.todos;
   parent app.comments;
   created app.comments;
+  answer jsonb;
 begin
   if commentable_type is distinct from 'Todo' then
     perform app.http_error(422, 'commentable_type must be Todo.');
@@ -601,7 +619,14 @@ begin
   values (target.id, (select auth.uid()), parent.id, coalesce(body, ''))
   returning * into created;
   perform app.attach_uploads(attachments, null, created.id, 'attachments');
-  return app.comment_json(created);
+  -- Rendered as the viewer sees it now: a change committed since the checks above (the todo's
+  -- author went private, an unfollow) can hide it. Then the todo is no longer theirs to comment
+  -- on: refused as above, the comment rolled back, never a 201 without its body.
+  answer := app.comment_json(created);
+  if answer is null then
+    perform app.http_error(422, format('commentable_id: no todo matches %L.', commentable_id));
+  end if;
+  return answer;
 end;
 $$;
 comment on function api.comment_create(text, text, text, jsonb, text) is
@@ -616,6 +641,7 @@ set search_path = ''
 as $$
 declare
   target app.comments := app.own_comment(comment_ref);
+  answer jsonb;
 begin
   perform app.hit_rate_limit('comment_update');
   perform app.detach_uploads(patch -> 'remove_attachment_ids', null, target.id, 'remove_attachment_ids');
@@ -623,7 +649,12 @@ begin
   if patch ? 'body' then
     update app.comments c set body = patch ->> 'body' where c.id = target.id returning * into target;
   end if;
-  return app.comment_json(target);
+  -- As comment_create: hidden since the check (its todo's author went private), the edit is refused and rolled back.
+  answer := app.comment_json(target);
+  if answer is null then
+    perform app.http_error(404, format('No comment matches %L.', comment_ref));
+  end if;
+  return answer;
 end;
 $$;
 comment on function api.comment_update(text, jsonb) is

@@ -427,7 +427,7 @@ $$;
 
 grant execute on all functions in schema reference to authenticated;
 
--- The comments policy before 20261127180309 (app.can_see_comment per row, on the todos the
+-- The comments policy before 20261127180542 (app.can_see_comment per row, on the todos the
 -- viewer may see): the ids of the comments it let `viewer` see, read without policies.
 create function reference.comments_seen_before(viewer uuid)
 returns setof uuid
