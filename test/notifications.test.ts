@@ -357,6 +357,11 @@ describe('GET /v1/notifications, reading', () => {
     const after = await list('bob', '?unread=true')
     expect(after).toMatchObject({ data: [], total_count: 0, unread_count: 0 })
     expect((await list('bob')).data[0]).toMatchObject({ read: true })
+    // The whole list counts the read ones too: its total is what its pages hold.
+    const everything = await list('bob', '?limit=100')
+    expect(everything).toMatchObject({ has_more: false, unread_count: 0 })
+    expect(everything.total_count).toBe(everything.data.length)
+    expect(everything.total_count).toBeGreaterThanOrEqual(3)
   })
 
   it('OAuth with scope notifications only; API keys 403; nobody reads another member\'s', async () => {

@@ -931,6 +931,8 @@ declare
   page uuid[];
   has_more boolean;
   base_url text := app.public_url();
+  unread bigint := app.my_unread_notifications();
+  total bigint;
 begin
   if starting_after is not null then
     select n.* into anchor from app.notifications n
@@ -947,6 +949,14 @@ begin
     limit page_limit + 1);
   has_more := cardinality(page) > page_limit;
   page := page[1:page_limit];
+  -- Counted from the indexes alone: the unread ones are the badge's count; all of them a
+  -- statement of its own that names no `read` (one statement for both read each row's `read`
+  -- from the table: 30.8 ms a page at 100,000 notifications, docs/performance.md).
+  if unread_only then
+    total := unread;
+  else
+    total := (select count(*) from app.notifications n where n.user_id = me and not n.hidden);
+  end if;
   return app.page_envelope(
     -- The text is what the notification is about as it is now, read as the member (the todos
     -- and comments policies): an edit shows the edited text, and a todo or comment the member
@@ -963,9 +973,9 @@ begin
      left join app.comments c on c.id = n.comment_id
      where n.id = any (page)),
     has_more,
-    (select count(*) from app.notifications n where n.user_id = me and not n.hidden and (not unread_only or not n.read)),
+    total,
     app.to_public_id('notif', page[cardinality(page)]))
-    || jsonb_build_object('unread_count', app.my_unread_notifications());
+    || jsonb_build_object('unread_count', unread);
 end;
 $$;
 comment on function api.notifications_list(boolean, integer, text) is
