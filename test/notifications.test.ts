@@ -297,6 +297,14 @@ describe('who is not notified', () => {
     const after = await list('dave')
     expect(after.data.some((n) => n.type === 'reaction_todo_create' && n.todo_id === todo.id)).toBe(false)
     expect(after.unread_count).toBe(unread - 1)
+    // The hidden one leaves the totals too: each list's total is what its pages hold.
+    const [hidden] = await world.sql`select count(*)::int as n from app.notifications n join app.users u on u.id = n.user_id where u.username = 'dave' and n.hidden`
+    expect(hidden!.n).toBeGreaterThan(0)
+    for (const query of ['?limit=100', '?unread=true&limit=100']) {
+      const whole = await list('dave', query)
+      expect(whole.has_more, query).toBe(false)
+      expect(whole.total_count, query).toBe(whole.data.length)
+    }
     await react('bob', 'Todo', todo.id)
     await react('bob', 'Todo', todo.id)
     const again = (await list('dave')).data.filter((n) => n.type === 'reaction_todo_create' && n.todo_id === todo.id)

@@ -202,16 +202,17 @@ describe('comments', () => {
     expect(await seen(reader!)).toEqual(['my words'])
     expect((await world.post(`/v1/users/${priv!.username}/mute`, { auth: owner!.api_key })).status).toBe(204)
     expect(await seen(owner!)).toEqual(['my words', 'protected words', 'public words'])
-    // The total answers only for a viewer who may see the todo: null for another's private todo and without a viewer.
-    await setPrivacy(owner!, 'private')
+    // The total answers only for a viewer who may see the todo: null without a viewer (the todo
+    // still public: nothing else would hide it) and for another's private todo.
     const countAs = (claims: Record<string, unknown>) => world.sql.begin(async (tx) => {
       await tx`select set_config('role', 'authenticated', true), set_config('request.jwt.claims', ${JSON.stringify(claims)}, true)`
       const [row] = await tx`select app.visible_comments_count(app.from_public_id('todo', ${todo.id})) as n`
       return row!.n
     })
     const idOf = (user: CreatedUser) => user.id.replace(/^user_(.{8})(.{4})(.{4})(.{4})(.{12})$/, '$1-$2-$3-$4-$5')
-    expect(await countAs({ sub: idOf(reader!), role: 'authenticated' })).toBeNull()
     expect(await countAs({ role: 'authenticated' })).toBeNull()
+    await setPrivacy(owner!, 'private')
+    expect(await countAs({ sub: idOf(reader!), role: 'authenticated' })).toBeNull()
     expect(Number(await countAs({ sub: idOf(owner!), role: 'authenticated' }))).toBe(3)
     // A member cannot write the copy: the insert's value is replaced by the commenter's privacy.
     await expect(world.sql`insert into app.comments (todo_id, user_id, body, author_privacy)
@@ -244,6 +245,31 @@ describe('comments', () => {
       await written
       expect(await copy('written second')).toBe('protected')
       expect(await copy('written first')).toBe('protected')
+    } finally {
+      await held`rollback`.catch(() => {})
+      held.release()
+    }
+  })
+
+  it('one statement changing several members\' privacy takes their comment locks before it locks their todos: no deadlock with a comment on one\'s todo by another', async () => {
+    const [author, writer] = await Promise.all(['lockauthor', 'lockwriter'].map((name) => world.createUser(name)))
+    const todo = await post(author!, 'Both of us change at once')
+    const [a, w] = (await Promise.all([author!, writer!].map(async (u) => (await world.sql`select id from app.users where username = ${u.username}`)[0]!.id as string))) as [string, string]
+    const todoId = (await world.sql`select app.from_public_id('todo', ${todo.id}) as id`)[0]!.id as string
+    const held = await world.sql.reserve()
+    try {
+      // The writer's comment has taken its commenter's lock (as its BEFORE trigger does) and has
+      // not yet counted itself on the author's todo when both members change privacy in one statement.
+      await held`begin`
+      await held`select pg_advisory_xact_lock_shared(app.comment_privacy_lock(${w}))`
+      const change = world.sql`update app.users set privacy = 'private' where id in (${a}, ${w})`.execute()
+      await waitForLockWait(world.sql, { query: /update app\.users set privacy = 'private' where id in/ })
+      // Taking the locks after the author's todos were locked, the change deadlocked here.
+      await held`insert into app.comments (todo_id, user_id, body) values (${todoId}, ${w}, 'counted while they change')`
+      await held`commit`
+      await change
+      const [row] = await world.sql`select author_privacy from app.comments where body = 'counted while they change'`
+      expect(row!.author_privacy).toBe('private')
     } finally {
       await held`rollback`.catch(() => {})
       held.release()

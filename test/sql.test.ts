@@ -47,6 +47,7 @@ describe('conventions, from the catalog', () => {
       'app.can_see_project(uuid,app.privacy,uuid)',
       'app.can_write()',
       'app.claims()',
+      'app.comment_privacy_lock(uuid)',
       'app.credential_is_members_own()',
       'app.default_header_color(uuid)',
       'app.device_json(app.devices)',

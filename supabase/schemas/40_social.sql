@@ -20,7 +20,7 @@ create table app.comments (
   reactions_count integer not null default 0 check (reactions_count >= 0),
   created_at      timestamptz not null default now(),
   updated_at      timestamptz not null default now(),
-  author_privacy  app.privacy not null default 'public'
+  author_privacy  app.privacy not null
 );
 comment on table app.comments is
   'A comment on a todo, or a reply to another comment on the same todo (parent_id). Deleting a comment deletes its replies (cascade). Body may be empty when the comment carries attachments.';
@@ -33,7 +33,7 @@ create index comments_parent_id_idx on app.comments (parent_id) where (parent_id
 -- (app.visible_comments_count). Small: most commenters are public.
 create index comments_todo_id_not_public_idx on app.comments (todo_id, user_id) include (author_privacy) where (author_privacy <> 'public');
 comment on column app.comments.author_privacy is
-  'The commenter''s users.privacy, copied as app.todos.author_privacy is, so a todo''s visible comments are counted from its comments_count and its comments by members who are not public (comments_todo_id_not_public_idx) instead of each comment passing the comments policy. Set on insert (app.tg_comments__author_privacy: the default is never what a comment keeps), updated when the commenter changes privacy (app.tg_users__propagate_privacy_to_comments). Never changes updated_at.';
+  'The commenter''s users.privacy, copied as app.todos.author_privacy is, so a todo''s visible comments are counted from its comments_count and its comments by members who are not public (comments_todo_id_not_public_idx) instead of each comment passing the comments policy. Set on insert (app.tg_comments__author_privacy; no default: a write without triggers must name it), updated when the commenter changes privacy (app.tg_users__propagate_privacy_to_comments). Never changes updated_at.';
 
 create table app.reactions (
   id         uuid primary key default gen_random_uuid(),
@@ -383,6 +383,18 @@ comment on function app.tg_comments__count() is
 create trigger _300_count after insert or delete on app.comments
   for each row execute function app.tg_comments__count();
 
+create function app.comment_privacy_lock(member_id uuid)
+returns bigint
+language sql
+immutable
+parallel safe
+as $$
+  select hashtextextended('app.comments author_privacy ' || member_id::text, 0)
+$$;
+comment on function app.comment_privacy_lock(uuid) is
+  'Inlined (no SET clause, no table access). The advisory lock key of a member''s privacy as their comments copy it (author_privacy): taken shared by each comment written (app.tg_comments__author_privacy), exclusively by a change of the member''s privacy (app.tg_users__lock_comment_privacy). 64 bits, so two members share a key about never (with 32 bits, about a hundred pairs at a million members, each only an extra wait).';
+grant execute on function app.comment_privacy_lock(uuid) to authenticated, service_role;
+
 create function app.tg_comments__author_privacy()
 returns trigger
 language plpgsql
@@ -394,20 +406,45 @@ begin
   -- The commenter's privacy lock, shared: a privacy change takes it exclusively before it copies
   -- the new value onto the member's comments, so it cannot slip between reading the privacy here
   -- and this comment's commit. Either it holds the lock first, and this waits for its commit and
-  -- then reads the new value (each statement here takes a new snapshot), or this holds it first,
-  -- and the change waits for this commit and then updates this comment too. An advisory lock, not
-  -- a lock of the member's row: FOR SHARE there queued the comment behind every update of the
-  -- row (followers_count, todos_count, streaks) and could deadlock with an account deletion.
-  perform pg_advisory_xact_lock_shared(hashtext('app.comments author_privacy'), hashtext(new.user_id::text));
-  -- A commenter deleted meanwhile reads no row: the insert then fails on its foreign key (23503).
-  new.author_privacy := coalesce((select u.privacy from app.users u where u.id = new.user_id), new.author_privacy);
+  -- then reads the new value (under READ COMMITTED, which every path of the API and its workers
+  -- runs: each statement here takes a new snapshot), or this holds it first, and the change waits
+  -- for this commit and then updates this comment too. An advisory lock, not a lock of the
+  -- member's row: FOR SHARE there queued the comment behind every update of the row
+  -- (followers_count, todos_count, streaks) and could deadlock with an account deletion.
+  perform pg_advisory_xact_lock_shared(app.comment_privacy_lock(new.user_id));
+  -- Whatever the insert said. A commenter deleted meanwhile reads no row: private then (never
+  -- shown by mistake), and the insert fails on its foreign key (23503).
+  new.author_privacy := coalesce((select u.privacy from app.users u where u.id = new.user_id), 'private');
   return new;
 end;
 $$;
 comment on function app.tg_comments__author_privacy() is
-  'Before a comment is stored: its author_privacy, read under the commenter''s privacy lock taken shared (a privacy change takes it exclusively: it waits for the comment, or the comment for it), whatever the insert said. Security definer: members may not write author_privacy.';
+  'Before a comment is stored: its author_privacy, read under the commenter''s privacy lock taken shared (a privacy change takes it exclusively: it waits for the comment, or the comment for it), whatever the insert said. The column has no default: a write that skips the triggers (session_replication_role = replica) must name it, or fails. Security definer: members may not write author_privacy.';
 create trigger _050_author_privacy before insert on app.comments
   for each row execute function app.tg_comments__author_privacy();
+
+create function app.tg_users__lock_comment_privacy()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+begin
+  -- Comments being written by this member finish first (they hold the lock shared); later ones
+  -- wait for this transaction and read the new value. Before the row is written, so that a
+  -- statement changing several members takes every lock before any AFTER trigger locks their
+  -- todos (app.tg_users__propagate_privacy): a comment holding one member's lock shared updates
+  -- its todo's counter next, and the todo may be another changed member's.
+  perform pg_advisory_xact_lock(app.comment_privacy_lock(new.id));
+  return new;
+end;
+$$;
+comment on function app.tg_users__lock_comment_privacy() is
+  'Before a member''s privacy changes: takes their comment privacy lock exclusively (app.comment_privacy_lock), held to commit, so no comment of theirs is written with the old value after app.tg_users__propagate_privacy_to_comments has copied the new one. In a BEFORE trigger: all of a statement''s members are locked before any AFTER trigger locks their todos (a multi-member update deadlocked with a comment otherwise).';
+create trigger _010_lock_comment_privacy before update of privacy on app.users
+  for each row when (old.privacy is distinct from new.privacy)
+  execute function app.tg_users__lock_comment_privacy();
 
 create function app.tg_users__propagate_privacy_to_comments()
 returns trigger
@@ -417,10 +454,8 @@ security definer
 set search_path = ''
 as $$
 begin
-  -- Comments being written by this member finish first (they hold the lock shared: see
-  -- app.tg_comments__author_privacy); the update below then sees them, and later ones read the
-  -- new value once this commits.
-  perform pg_advisory_xact_lock(hashtext('app.comments author_privacy'), hashtext(new.id::text));
+  -- The member's comment privacy lock is held since the row was written
+  -- (app.tg_users__lock_comment_privacy): comments being written meanwhile have committed.
   update app.comments c set author_privacy = new.privacy
   where c.user_id = new.id and c.author_privacy <> new.privacy;
   return null;
@@ -428,9 +463,6 @@ end;
 $$;
 comment on function app.tg_users__propagate_privacy_to_comments() is
   'After a member changes privacy: their comments carry the new value in the same transaction (by comments_user_id_idx), so a todo''s visible comments_count (app.visible_comments_count) is never counted from a stale copy. Costs as many rows as the member wrote comments, as app.tg_users__propagate_privacy does for their todos. Security definer: members may not write author_privacy.';
--- Before app.tg_users__propagate_privacy (_200) locks the member's todos: a comment being written
--- holds the privacy lock shared and then updates its todo's counter, so taking the lock after
--- the todos' row locks deadlocked with a comment on the member's own todo (test/races.test.ts).
 create trigger _190_propagate_privacy_to_comments after update of privacy on app.users
   for each row when (old.privacy is distinct from new.privacy)
   execute function app.tg_users__propagate_privacy_to_comments();

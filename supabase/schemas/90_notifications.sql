@@ -943,7 +943,7 @@ begin
   end if;
   page := array(
     select n.id from app.notifications n
-    where n.user_id = me and not n.hidden and (not unread_only or not n.read)
+    where n.user_id = me and not n.hidden and (not coalesce(unread_only, false) or not n.read)
       and (anchor.id is null or (n.created_at, n.id) < (anchor.created_at, anchor.id))
     order by n.created_at desc, n.id desc
     limit page_limit + 1);
@@ -952,7 +952,7 @@ begin
   -- Counted from the indexes alone: the unread ones are the badge's count; all of them a
   -- statement of its own that names no `read` (one statement for both read each row's `read`
   -- from the table: 30.8 ms a page at 100,000 notifications, docs/performance.md).
-  if unread_only then
+  if coalesce(unread_only, false) then
     total := unread;
   else
     total := (select count(*) from app.notifications n where n.user_id = me and not n.hidden);
