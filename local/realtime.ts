@@ -104,6 +104,8 @@ export interface RealtimeStats {
   listenerRestarts: number
   /** Authorization checks run, each a database transaction (joins, token refreshes, first writes). */
   authorizationChecks: number
+  /** Channels moved to a refreshed token (`access_token` checked and applied). */
+  tokensRefreshed: number
   /** The most checks one address or one member has had running at once. */
   maxChecksInFlightPerClient: number
   /** What the per-client limits refused: upgrades, joins (rate or channel caps), messages. */
@@ -300,6 +302,7 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
   let deliveredRows = 0
   let listenerRestarts = 0
   let authorizationChecks = 0
+  let tokensRefreshed = 0
   let maxChecksInFlightPerClient = 0
   const refused = { sockets: 0, joins: 0, channels: 0, messages: 0 }
   /** By clientKey(remote address). Kept while it has sockets or its buckets are not yet full again. */
@@ -675,6 +678,7 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
     channel.claims = checked.claims
     channel.canWrite = null
     scheduleExpiry(channel)
+    tokensRefreshed++
   }
 
   async function handle(conn: Connection, frame: Frame) {
@@ -1099,6 +1103,7 @@ export async function startRealtimeGateway(options: RealtimeGatewayOptions): Pro
         deliveredRows,
         listenerRestarts,
         authorizationChecks,
+        tokensRefreshed,
         maxChecksInFlightPerClient,
         refused: { ...refused },
       }

@@ -170,10 +170,14 @@ describe('tokens and robustness', () => {
   it('a client whose token is refreshed keeps receiving on the new token: the old one revoked, its channel stays', async () => {
     const old = await world.token('bob', 'public chat', { chat: true })
     const bobListens = await listen('2.0.0', old, `conversation:${conversationId}`)
-    // The gateway checks the new token when it arrives (one more authorization check).
+    // The gateway checks the new token when it arrives (one more authorization check) and then
+    // moves the channel to it. Waiting for the check to start was not enough: a sweep that ran
+    // while the check still ran closed the channel on the old token (a full run under load).
     const checks = world.realtime.stats().authorizationChecks
+    const refreshed = world.realtime.stats().tokensRefreshed
     await bobListens.client.realtime.setAuth(await world.token('bob', 'public chat', { chat: true }))
-    await until(() => world.realtime.stats().authorizationChecks > checks, 'the gateway checked the new token')
+    await until(() => world.realtime.stats().tokensRefreshed > refreshed, 'the gateway moved the channel to the new token')
+    expect(world.realtime.stats().authorizationChecks).toBeGreaterThan(checks)
     // The old token revoked: had setAuth been ignored, the channel would run on it and close at
     // the next revocation sweep. The sweep is seen on another channel of a token revoked after it.
     await revokeAndAwaitSweep(old)
@@ -208,9 +212,10 @@ describe('tokens and robustness', () => {
   it('a channel refreshed to a new token is not closed when the old token is revoked', async () => {
     const first = await world.token('bob', 'public chat', { chat: true })
     const listens = await listen('2.0.0', first, `conversation:${conversationId}`)
-    const checks = world.realtime.stats().authorizationChecks
+    // The channel on the new token (its check done, not only started), then the old one revoked.
+    const refreshed = world.realtime.stats().tokensRefreshed
     await listens.client.realtime.setAuth(await world.token('bob', 'public chat', { chat: true }))
-    await until(() => world.realtime.stats().authorizationChecks > checks, 'the gateway checked the new token')
+    await until(() => world.realtime.stats().tokensRefreshed > refreshed, 'the gateway moved the channel to the new token')
     // A sweep after the revocation has run (a fixed 10.5 s wait before issue 31).
     await revokeAndAwaitSweep(first)
     const sent = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'still here' } })).body
