@@ -162,18 +162,20 @@ grant execute on function app.resolve_project(text) to authenticated, service_ro
 
 create function app.can_follow_project(project_id uuid, viewer_id uuid)
 returns boolean
-language sql
+language plpgsql
 stable
 security definer
 set search_path = ''
 as $$
-  select exists (
+begin
+  return (select exists (
     select 1 from app.projects p
     where p.id = can_follow_project.project_id
-      and (p.privacy = 'public' or app.is_project_maker(p.id, viewer_id)))
+      and (p.privacy = 'public' or app.is_project_maker(p.id, viewer_id))));
+end;
 $$;
 comment on function app.can_follow_project(uuid, uuid) is
-  'Whether a member may follow a project at once: public ones, and any project they make. A protected project is asked for (app.project_follow_requests) and a maker approves; a private one only its makers follow. Security definer: a private project is not visible to others.';
+  'Whether a member may follow a project at once: public ones, and any project they make. A protected project is asked for (app.project_follow_requests) and a maker approves; a private one only its makers follow. Security definer: a private project is not visible to others. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.can_follow_project(uuid, uuid) to authenticated, service_role;
 
 create function app.lock_project_privacy(project_id uuid)

@@ -134,14 +134,13 @@ language sql
 immutable
 parallel safe
 rows 4
-set search_path = ''
 as $$
   select lower(m.match[1]), min(m.ord)::integer
   from regexp_matches(body, '(?:^|[^A-Za-z0-9_])' || sigil || '([A-Za-z0-9_]+)', 'g') with ordinality as m(match, ord)
   group by lower(m.match[1])
 $$;
 comment on function app.extract_mentions(text, text) is
-  'The distinct lower-cased names after a sigil (# or @) in body order. A sigil glued to a word (mail@example.com, a#b) is not a mention.';
+  'Inlined (no SET clause, no table access). The distinct lower-cased names after a sigil (# or @) in body order. A sigil glued to a word (mail@example.com, a#b) is not a mention.';
 grant execute on function app.extract_mentions(text, text) to authenticated, service_role;
 
 create function app.check_mention_limits(body text)
@@ -191,11 +190,12 @@ grant execute on function app.can_see_member_content(uuid, uuid) to authenticate
 
 create function app.refresh_streak(member_id uuid)
 returns void
-language sql
+language plpgsql
 volatile
 security definer
 set search_path = ''
 as $$
+begin
   with days as (
     select distinct t.local_date as day from app.todos t where t.user_id = member_id
     union
@@ -209,10 +209,11 @@ as $$
     streak_last_day = (select r.last_day from runs r order by r.last_day desc limit 1),
     streak_length = coalesce((select r.length from runs r order by r.last_day desc limit 1), 0),
     best_streak = coalesce((select max(r.length) from runs r), 0)
-  where u.id = member_id
+  where u.id = member_id;
+end;
 $$;
 comment on function app.refresh_streak(uuid) is
-  'Recomputes a member''s runs of consecutive covered days (a todo or a used freeze) from their history: an index-only walk over one member''s days. Called only when a day becomes covered or uncovered, so reading a streak never touches history.';
+  'Recomputes a member''s runs of consecutive covered days (a todo or a used freeze) from their history: an index-only walk over one member''s days. Called only when a day becomes covered or uncovered, so reading a streak never touches history. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 
 create function app.todo_total_shard(user_id uuid)
 returns smallint
@@ -330,7 +331,6 @@ create function app.filter_moment(moment jsonb, zone text)
 returns timestamp with time zone
 language sql
 stable
-set search_path = ''
 as $$
   select case
     when moment is null or jsonb_typeof(moment) <> 'object' then null
@@ -339,7 +339,7 @@ as $$
   end
 $$;
 comment on function app.filter_moment(jsonb, text) is
-  'A since/until bound as the HTTP layer parsed it: {at, local}. Local moments (dates and date-times without a zone) are read in the viewer''s time zone.';
+  'Inlined (no SET clause, no table access). A since/until bound as the HTTP layer parsed it: {at, local}. Local moments (dates and date-times without a zone) are read in the viewer''s time zone.';
 grant execute on function app.filter_moment(jsonb, text) to authenticated;
 
 create function app.visible_todos_total()

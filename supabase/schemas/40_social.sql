@@ -122,14 +122,19 @@ grant execute on function app.can_see_comment(uuid, uuid, uuid) to authenticated
 
 create function app.resolve_comment(ref text)
 returns app.comments
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select c.* from app.comments c where c.id = app.from_public_id('comm', ref)
+declare
+  found app.comments;
+begin
+  select c.* into found from app.comments c where c.id = app.from_public_id('comm', ref);
+  return found;
+end;
 $$;
 comment on function app.resolve_comment(text) is
-  'The comment named by a comm_ id, as far as the viewer may see it; null otherwise.';
+  'The comment named by a comm_ id, as far as the viewer may see it; a row of nulls otherwise (callers test its id, as for app.resolve_todo). PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.resolve_comment(text) to authenticated;
 
 create function app.own_comment(ref text)

@@ -80,17 +80,19 @@ create index message_reactions_user_id_idx on app.message_reactions (user_id);
 -- ============================================================================
 create function app.is_conversation_member(conversation_id uuid, user_id uuid)
 returns boolean
-language sql
+language plpgsql
 stable
 security definer
 set search_path = ''
 as $$
-  select exists (
+begin
+  return (select exists (
     select 1 from app.conversation_members m
-    where m.conversation_id = is_conversation_member.conversation_id and m.user_id = is_conversation_member.user_id)
+    where m.conversation_id = is_conversation_member.conversation_id and m.user_id = is_conversation_member.user_id));
+end;
 $$;
 comment on function app.is_conversation_member(uuid, uuid) is
-  'Whether a member takes part in a conversation. Security definer so policies (ours and realtime.messages'') can ask without recursing.';
+  'Whether a member takes part in a conversation. Security definer so policies (ours and realtime.messages'') can ask without recursing. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.is_conversation_member(uuid, uuid) to authenticated, service_role;
 
 create function app.can_chat()
@@ -109,12 +111,11 @@ returns text
 language sql
 immutable
 parallel safe
-set search_path = ''
 as $$
   select 'conversation:' || app.to_public_id('conversation', conversation_id)
 $$;
 comment on function app.conversation_topic(uuid) is
-  'The Realtime topic of a conversation: conversation:<conversation id as the API shows it>, the channel name clients subscribe to.';
+  'Inlined (no SET clause, no table access). The Realtime topic of a conversation: conversation:<conversation id as the API shows it>, the channel name clients subscribe to.';
 grant execute on function app.conversation_topic(uuid) to authenticated, service_role;
 
 create function app.user_topic(user_id uuid)
@@ -122,26 +123,27 @@ returns text
 language sql
 immutable
 parallel safe
-set search_path = ''
 as $$
   select 'user:' || app.to_public_id('user', user_id)
 $$;
 comment on function app.user_topic(uuid) is
-  'The Realtime topic of a member''s inbox: user:<user id as the API shows it>.';
+  'Inlined (no SET clause, no table access). The Realtime topic of a member''s inbox: user:<user id as the API shows it>.';
 grant execute on function app.user_topic(uuid) to authenticated, service_role;
 
 create function app.unread_conversations(member_id uuid)
 returns bigint
-language sql
+language plpgsql
 stable
 security definer
 set search_path = ''
 as $$
-  select count(*) from app.conversation_members m
-  where m.user_id = member_id and m.unread and m.last_message_at is not null
+begin
+  return (select count(*) from app.conversation_members m
+  where m.user_id = member_id and m.unread and m.last_message_at is not null);
+end;
 $$;
 comment on function app.unread_conversations(uuid) is
-  'How many of a member''s conversations have unread messages (the badge): an index count.';
+  'How many of a member''s conversations have unread messages (the badge): an index count. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.unread_conversations(uuid) to service_role;
 
 create function app.realtime_may_join(topic text)
@@ -275,15 +277,17 @@ grant execute on function app.open_conversation(uuid, uuid) to authenticated;
 
 create function app.my_unread_conversations()
 returns bigint
-language sql
+language plpgsql
 stable
 security definer
 set search_path = ''
 as $$
-  select app.unread_conversations((select auth.uid()))
+begin
+  return (select app.unread_conversations((select auth.uid())));
+end;
 $$;
 comment on function app.my_unread_conversations() is
-  'The requesting member''s unread conversation count. Members call this; app.unread_conversations (any member) is for the triggers, which run as their owner.';
+  'The requesting member''s unread conversation count. Members call this; app.unread_conversations (any member) is for the triggers, which run as their owner. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.my_unread_conversations() to authenticated;
 
 create function app.check_message_caps(me uuid, target app.conversations)

@@ -151,15 +151,17 @@ grant execute on function app.reserve_upload_bytes(bigint) to authenticated;
 
 create function app.attach_uploads(upload_ids jsonb, target_todo uuid, target_comment uuid, field text)
 returns void
-language sql
+language plpgsql
 volatile
 security definer
 set search_path = ''
 as $$
-  select app.attach_uploads(upload_ids, target_todo, target_comment, null, field)
+begin
+  perform app.attach_uploads(upload_ids, target_todo, target_comment, null, field);
+end;
 $$;
 comment on function app.attach_uploads(jsonb, uuid, uuid, text) is
-  'Attaches uploads to a todo or comment: the five-argument app.attach_uploads without a message.';
+  'Attaches uploads to a todo or comment: the five-argument app.attach_uploads without a message. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.attach_uploads(jsonb, uuid, uuid, text) to authenticated;
 
 create function app.detach_uploads(attachment_ids jsonb, target_todo uuid, target_comment uuid, field text)

@@ -562,33 +562,37 @@ grant execute on function app.user_json_body(app.users, date, uuid, text, boolea
 
 create function app.user_json(u app.users)
 returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select app.user_json_body(u, (now() at time zone u.time_zone)::date, v.viewer_id, app.public_url(),
+begin
+  return (select app.user_json_body(u, (now() at time zone u.time_zone)::date, v.viewer_id, app.public_url(),
     exists (select 1 from app.user_follows f where f.follower_id = v.viewer_id and f.followee_id = u.id),
     exists (select 1 from app.user_follows f where f.follower_id = u.id and f.followee_id = v.viewer_id),
     exists (select 1 from app.user_follow_requests r where r.requester_id = v.viewer_id and r.followee_id = u.id))
-  from (select auth.uid() as viewer_id) v
+  from (select auth.uid() as viewer_id) v);
+end;
 $$;
 comment on function app.user_json(app.users) is
-  'A user as the API renders it for the current viewer (app.user_json_body), for callers holding one row, e.g. the row an update just returned. Sets of users: app.users_json.';
+  'A user as the API renders it for the current viewer (app.user_json_body), for callers holding one row, e.g. the row an update just returned. Sets of users: app.users_json. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.user_json(app.users) to authenticated, service_role;
 
 create function app.user_json_as(u app.users, viewer_id uuid)
 returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select app.user_json_body(u, (now() at time zone u.time_zone)::date, viewer_id, app.public_url(),
+begin
+  return (select app.user_json_body(u, (now() at time zone u.time_zone)::date, viewer_id, app.public_url(),
     exists (select 1 from app.user_follows f where f.follower_id = viewer_id and f.followee_id = u.id),
     exists (select 1 from app.user_follows f where f.follower_id = u.id and f.followee_id = viewer_id),
-    exists (select 1 from app.user_follow_requests r where r.requester_id = viewer_id and r.followee_id = u.id))
+    exists (select 1 from app.user_follow_requests r where r.requester_id = viewer_id and r.followee_id = u.id)));
+end;
 $$;
 comment on function app.user_json_as(app.users, uuid) is
-  'A user as viewer_id sees them (app.user_json_body), whoever runs the statement: for payloads rendered in one member''s transaction and delivered to another (realtime broadcasts), which must not be rendered for the writer. dismissed_time_zone only when viewer_id is the user. follow_requested reads app.user_follow_requests under the runner''s policy (requests are visible to the requester and the member asked): right for the two participants of a conversation, the only users these payloads name.';
+  'A user as viewer_id sees them (app.user_json_body), whoever runs the statement: for payloads rendered in one member''s transaction and delivered to another (realtime broadcasts), which must not be rendered for the writer. dismissed_time_zone only when viewer_id is the user. follow_requested reads app.user_follow_requests under the runner''s policy (requests are visible to the requester and the member asked): right for the two participants of a conversation, the only users these payloads name. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.user_json_as(app.users, uuid) to authenticated, service_role;
 
 create function app.mentioned_user_json_body(u app.users, base_url text)
@@ -651,14 +655,16 @@ grant execute on function app.users_text(uuid[]) to authenticated, service_role;
 
 create function app.users_json(ids uuid[])
 returns table(id uuid, body jsonb)
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select u.id, app.resolve_urls(u.body)::jsonb from app.users_text(ids) u
+begin
+  return query select u.id, app.resolve_urls(u.body)::jsonb from app.users_text(ids) u;
+end;
 $$;
 comment on function app.users_json(uuid[]) is
-  'app.users_text as jsonb, URLs in place, for the renderers that still build jsonb (the user search and follower lists).';
+  'app.users_text as jsonb, URLs in place, for the renderers that still build jsonb (the user search and follower lists). PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.users_json(uuid[]) to authenticated, service_role;
 
 -- ============================================================================
@@ -724,14 +730,16 @@ grant execute on function app.projects_text(uuid[]) to authenticated, service_ro
 
 create function app.projects_json(ids uuid[])
 returns table(id uuid, body jsonb)
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select p.id, app.resolve_urls(p.body)::jsonb from app.projects_text(ids) p
+begin
+  return query select p.id, app.resolve_urls(p.body)::jsonb from app.projects_text(ids) p;
+end;
 $$;
 comment on function app.projects_json(uuid[]) is
-  'app.projects_text as jsonb, URLs in place, for the renderers that still build jsonb.';
+  'app.projects_text as jsonb, URLs in place, for the renderers that still build jsonb. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.projects_json(uuid[]) to authenticated, service_role;
 
 create function app.mentioned_project_json_body(p app.projects, base_url text)
@@ -860,14 +868,16 @@ grant execute on function app.reaction_text(app.reactions, text) to authenticate
 
 create function app.reaction_json(r app.reactions)
 returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select app.resolve_urls(app.reaction_text(r, (select u.body from app.users_text(array[r.user_id]) u)))::jsonb
+begin
+  return (select app.resolve_urls(app.reaction_text(r, (select u.body from app.users_text(array[r.user_id]) u)))::jsonb);
+end;
 $$;
 comment on function app.reaction_json(app.reactions) is
-  'A reaction as the API renders it, with its reactor as the current viewer sees them (app.reaction_text).';
+  'A reaction as the API renders it, with its reactor as the current viewer sees them (app.reaction_text). PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.reaction_json(app.reactions) to authenticated;
 
 create function app.attachment_json(u app.uploads)
@@ -985,14 +995,16 @@ grant execute on function app.todos_text(uuid[], boolean) to authenticated, serv
 
 create function app.todos_json(ids uuid[], expand_reactions boolean)
 returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select app.resolve_urls(app.todos_text(ids, expand_reactions))::jsonb
+begin
+  return (select app.resolve_urls(app.todos_text(ids, expand_reactions))::jsonb);
+end;
 $$;
 comment on function app.todos_json(uuid[], boolean) is
-  'app.todos_text as jsonb, URLs in place: for writes that keep the rendering (the webhook outbox, the created todo) rather than send it.';
+  'app.todos_text as jsonb, URLs in place: for writes that keep the rendering (the webhook outbox, the created todo) rather than send it. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.todos_json(uuid[], boolean) to authenticated, service_role;
 
 create function app.todo_text(todo_id uuid, expand_reactions boolean default false)
@@ -1013,14 +1025,16 @@ grant execute on function app.todo_text(uuid, boolean) to authenticated;
 
 create function app.todo_json(t app.todos, expand_reactions boolean default false)
 returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select app.todos_json(array[t.id], expand_reactions) -> 0
+begin
+  return (select app.todos_json(array[t.id], expand_reactions) -> 0);
+end;
 $$;
 comment on function app.todo_json(app.todos, boolean) is
-  'A todo as the API renders it for the current viewer: app.todos_json of its id (null when the viewer may not see it). Called after the statement that wrote it, so it renders the stored row.';
+  'A todo as the API renders it for the current viewer: app.todos_json of its id (null when the viewer may not see it). Called after the statement that wrote it, so it renders the stored row. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.todo_json(app.todos, boolean) to authenticated;
 
 create function app.timeline_sources(conditions text, per_source integer, with_words boolean default false)
@@ -1399,14 +1413,16 @@ grant execute on function app.comments_text(uuid[]) to authenticated;
 
 create function app.comment_json(c app.comments)
 returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select app.resolve_urls(app.comments_text(array[c.id]))::jsonb -> 0
+begin
+  return (select app.resolve_urls(app.comments_text(array[c.id]))::jsonb -> 0);
+end;
 $$;
 comment on function app.comment_json(app.comments) is
-  'A comment as the API renders it for the current viewer, with its attachments (app.comments_text of its id, URLs in place; null when the viewer may not see it), for the writes that answer with the comment they stored. parent_id (null for a top-level comment) is our addition to SPEC''s fields: replies need it.';
+  'A comment as the API renders it for the current viewer, with its attachments (app.comments_text of its id, URLs in place; null when the viewer may not see it), for the writes that answer with the comment they stored. parent_id (null for a top-level comment) is our addition to SPEC''s fields: replies need it. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.comment_json(app.comments) to authenticated;
 
 create function app.message_texts(ids uuid[])
@@ -1489,23 +1505,26 @@ grant execute on function app.messages_text(uuid[]) to authenticated, service_ro
 
 create function app.message_json(m app.messages)
 returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select app.resolve_urls(app.messages_text(array[m.id]))::jsonb -> 0
+begin
+  return (select app.resolve_urls(app.messages_text(array[m.id]))::jsonb -> 0);
+end;
 $$;
 comment on function app.message_json(app.messages) is
-  'A message as the API renders it for the current viewer (app.messages_text of its id, URLs in place; null when the viewer may not see it), for the answers that hold one message: a sent one, a conversation''s last. The realtime message.created event renders it for the recipient with app.message_json_as (same shape).';
+  'A message as the API renders it for the current viewer (app.messages_text of its id, URLs in place; null when the viewer may not see it), for the answers that hold one message: a sent one, a conversation''s last. The realtime message.created event renders it for the recipient with app.message_json_as (same shape). PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.message_json(app.messages) to authenticated, service_role;
 
 create function app.message_json_as(m app.messages, viewer_id uuid)
 returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select jsonb_build_object(
+begin
+  return (select jsonb_build_object(
     'id', app.to_public_id('message', m.id),
     'conversation_id', app.to_public_id('conversation', m.conversation_id),
     'body', m.body,
@@ -1527,10 +1546,11 @@ as $$
         'content', r.content,
         'created_at', r.created_at,
         'user', (select app.user_json_as(u, viewer_id) from app.users u where u.id = r.user_id)) order by r.created_at, r.content)
-      from app.message_reactions r where r.message_id = m.id), '[]'::jsonb))
+      from app.message_reactions r where r.message_id = m.id), '[]'::jsonb)));
+end;
 $$;
 comment on function app.message_json_as(app.messages, uuid) is
-  'A message as viewer_id sees it: the shape of app.message_json (keep the two equal; test/render-privacy.test.ts compares a broadcast with the recipient''s GET), with every user rendered for viewer_id rather than for whoever runs the statement. Used by the message.created broadcast, rendered for the recipient.';
+  'A message as viewer_id sees it: the shape of app.message_json (keep the two equal; test/render-privacy.test.ts compares a broadcast with the recipient''s GET), with every user rendered for viewer_id rather than for whoever runs the statement. Used by the message.created broadcast, rendered for the recipient. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.message_json_as(app.messages, uuid) to authenticated, service_role;
 
 create function app.conversation_texts(ids uuid[])
@@ -1583,14 +1603,16 @@ grant execute on function app.conversation_texts(uuid[]) to authenticated;
 
 create function app.conversation_json(c app.conversations)
 returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select app.resolve_urls(t.body)::jsonb from app.conversation_texts(array[c.id]) t
+begin
+  return (select app.resolve_urls(t.body)::jsonb from app.conversation_texts(array[c.id]) t);
+end;
 $$;
 comment on function app.conversation_json(app.conversations) is
-  'A conversation as the current participant sees it (app.conversation_texts of its id, URLs in place; null when they take no part in it), for the answer of POST /v1/conversations.';
+  'A conversation as the current participant sees it (app.conversation_texts of its id, URLs in place; null when they take no part in it), for the answer of POST /v1/conversations. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.conversation_json(app.conversations) to authenticated;
 
 -- ============================================================================

@@ -131,30 +131,31 @@ returns text
 language sql
 immutable
 parallel safe
-set search_path = ''
 as $$
   select 'msg_' || md5(subscription_id::text || todo_id::text)
 $$;
 comment on function app.webhook_id(uuid, uuid) is
-  'The webhook-id header of a delivery (Standard Webhooks: the same on every retry, so receivers deduplicate on it), derived from its key; the operator CLI shows it as the delivery''s id.';
+  'Inlined (no SET clause, no table access). The webhook-id header of a delivery (Standard Webhooks: the same on every retry, so receivers deduplicate on it), derived from its key; the operator CLI shows it as the delivery''s id.';
 
 create function app.webhook_subscription_json(s app.webhook_subscriptions)
 returns jsonb
-language sql
+language plpgsql
 immutable
 set search_path = ''
 as $$
-  select jsonb_build_object(
+begin
+  return (select jsonb_build_object(
     'id', app.to_public_id('hook', s.id),
     'url', s.url,
     'event_type', s.event_type,
     'project_ids', to_jsonb(array(select app.to_public_id('proj', p) from unnest(s.project_ids) with ordinality u(p, n) order by u.n)),
     'active', s.active,
     'created_at', s.created_at,
-    'updated_at', s.updated_at)
+    'updated_at', s.updated_at));
+end;
 $$;
 comment on function app.webhook_subscription_json(app.webhook_subscriptions) is
-  'A WebhookSubscription as the API renders it (SPEC fields plus `active`). Never the secret: that is added to the create response only.';
+  'A WebhookSubscription as the API renders it (SPEC fields plus `active`). Never the secret: that is added to the create response only. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.webhook_subscription_json(app.webhook_subscriptions) to authenticated;
 
 create function app.webhook_project_ids(refs jsonb)
@@ -756,16 +757,18 @@ create trigger _200_forget_breakers after update of url or delete on app.webhook
 -- ============================================================================
 create function api.webhook_subscription_list()
 returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select coalesce(jsonb_agg(app.webhook_subscription_json(s) order by s.created_at, s.id), '[]'::jsonb)
+begin
+  return (select coalesce(jsonb_agg(app.webhook_subscription_json(s) order by s.created_at, s.id), '[]'::jsonb)
   from app.webhook_subscriptions s
-  where s.user_id = (select auth.uid())
+  where s.user_id = (select auth.uid()));
+end;
 $$;
 comment on function api.webhook_subscription_list() is
-  'GET /v1/webhooks/subscriptions: the member''s subscriptions, oldest first, a plain array (SPEC: not paginated; at most 20 exist). Needs a writing credential (functions/lib/access.ts): subscription URLs often carry the receiver''s own credential.';
+  'GET /v1/webhooks/subscriptions: the member''s subscriptions, oldest first, a plain array (SPEC: not paginated; at most 20 exist). Needs a writing credential (functions/lib/access.ts): subscription URLs often carry the receiver''s own credential. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function api.webhook_subscription_list() to authenticated;
 
 create function app.refuse_duplicate_webhook_url(member_id uuid, url text, except_id uuid)

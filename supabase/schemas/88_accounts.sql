@@ -86,21 +86,23 @@ comment on table app.export_chunks is
 -- ============================================================================
 create function app.export_json(e app.exports)
 returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select jsonb_build_object(
+begin
+  return (select jsonb_build_object(
     'id', app.to_public_id('exp', e.id),
     'status', e.status,
     'created_at', e.created_at,
     'completed_at', e.completed_at,
     'expires_at', e.expires_at,
     'byte_size', e.byte_size,
-    'url', case when e.status = 'ready' and e.expires_at > now() and e.file_key is not null then app.public_url() || '/' || e.file_key end)
+    'url', case when e.status = 'ready' and e.expires_at > now() and e.file_key is not null then app.public_url() || '/' || e.file_key end));
+end;
 $$;
 comment on function app.export_json(app.exports) is
-  'An Export as the API renders it to its member: url only while the export is ready and expires_at has not passed; after that the archive is gone and a new export must be asked for. The url is {base_url}/exports/<128 random bits>/export.json, served by the API, which finds the export live (ready, unexpired, its account not deleted) on every download: a link stops the moment its export or account goes, not when the storage worker deletes the file. Stable, not immutable: it reads the clock.';
+  'An Export as the API renders it to its member: url only while the export is ready and expires_at has not passed; after that the archive is gone and a new export must be asked for. The url is {base_url}/exports/<128 random bits>/export.json, served by the API, which finds the export live (ready, unexpired, its account not deleted) on every download: a link stops the moment its export or account goes, not when the storage worker deletes the file. Stable, not immutable: it reads the clock. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.export_json(app.exports) to authenticated;
 
 create function app.claim_export(lease interval, max_attempts integer)
@@ -657,18 +659,20 @@ grant execute on function api.account_delete() to authenticated;
 
 create function api.billing_get(upgrade_url text)
 returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select jsonb_build_object(
+begin
+  return (select jsonb_build_object(
     'pro', u.subscription_active,
     'status', case when u.subscription_active then 'active' else 'inactive' end,
     'manage_url', upgrade_url)
-  from app.users u where u.id = (select auth.uid())
+  from app.users u where u.id = (select auth.uid()));
+end;
 $$;
 comment on function api.billing_get(text) is
-  'GET /v1/billing, the endpoint of the billing scope: whether the member''s subscription is active, and where to manage or renew it (the upgrade URL, passed in by the HTTP layer, which holds it). Answered for a lapsed account too: seeing why access stopped is what billing is for.';
+  'GET /v1/billing, the endpoint of the billing scope: whether the member''s subscription is active, and where to manage or renew it (the upgrade URL, passed in by the HTTP layer, which holds it). Answered for a lapsed account too: seeing why access stopped is what billing is for. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function api.billing_get(text) to authenticated;
 
 create function api.export_create()

@@ -221,17 +221,19 @@ comment on function app.notify(uuid, text, uuid, uuid, uuid, uuid, uuid, text, t
 
 create function app.withdraw_notifications(recipient uuid, kind text, actor uuid, subject uuid)
 returns void
-language sql
+language plpgsql
 volatile
 security definer
 set search_path = ''
 as $$
+begin
   update app.notifications n set hidden = true
   where n.type = kind and n.actor_id = actor and n.subject_id = subject and not n.read and not n.hidden
-    and (recipient is null or n.user_id = recipient)
+    and (recipient is null or n.user_id = recipient);
+end;
 $$;
 comment on function app.withdraw_notifications(uuid, text, uuid, uuid) is
-  'A cause was withdrawn (an un-like, an unfollow, a request withdrawn or answered, a mention edited away): its unread notifications (of one recipient, or of all when recipient is null) leave the lists and counts. Hidden, not deleted, so the cause coming back shows the same row without a second push.';
+  'A cause was withdrawn (an un-like, an unfollow, a request withdrawn or answered, a mention edited away): its unread notifications (of one recipient, or of all when recipient is null) leave the lists and counts. Hidden, not deleted, so the cause coming back shows the same row without a second push. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 
 create function app.notification_name(u app.users)
 returns text
@@ -278,14 +280,16 @@ grant execute on function app.notification_preference_json(text, text, text, boo
 
 create function app.my_unread_notifications()
 returns integer
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select count(*)::integer from app.notifications n where n.user_id = (select auth.uid()) and not n.read and not n.hidden
+begin
+  return (select count(*)::integer from app.notifications n where n.user_id = (select auth.uid()) and not n.read and not n.hidden);
+end;
 $$;
 comment on function app.my_unread_notifications() is
-  'The member''s unread notifications (unread_count, the badge): counted on a partial index of unread rows, so no counter has to be kept exact through cascading deletes.';
+  'The member''s unread notifications (unread_count, the badge): counted on a partial index of unread rows, so no counter has to be kept exact through cascading deletes. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.my_unread_notifications() to authenticated;
 
 create function app.register_device(token text, platform text, apns_environment text)
@@ -984,15 +988,17 @@ grant execute on function api.notifications_list(boolean, integer, text) to auth
 
 create function api.notifications_read()
 returns jsonb
-language sql
+language plpgsql
 volatile
 set search_path = ''
 as $$
+begin
   update app.notifications n set read = true where n.user_id = (select auth.uid()) and not n.read and not n.hidden;
-  select null::jsonb;
+  return null;
+end;
 $$;
 comment on function api.notifications_read() is
-  'POST /v1/notifications/reading (and the legacy /mark_as_read): every unread notification read, so unread_count (and the next push''s badge) is 0. Writes nothing when nothing is unread, and grows no table, so it has no rate limit.';
+  'POST /v1/notifications/reading (and the legacy /mark_as_read): every unread notification read, so unread_count (and the next push''s badge) is 0. Writes nothing when nothing is unread, and grows no table, so it has no rate limit. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function api.notifications_read() to authenticated;
 
 create function api.device_register(token text, platform text, apns_environment text)
@@ -1022,29 +1028,33 @@ grant execute on function api.device_register(text, text, text) to authenticated
 
 create function api.device_delete(token text)
 returns jsonb
-language sql
+language plpgsql
 volatile
 set search_path = ''
 as $$
+begin
   delete from app.devices d where d.token = lower(btrim(device_delete.token)) and d.user_id = (select auth.uid());
-  select null::jsonb;
+  return null;
+end;
 $$;
 comment on function api.device_delete(text) is
-  'DELETE /v1/devices/{token}: 204 whether or not the member had it (SPEC); another account''s token is left alone.';
+  'DELETE /v1/devices/{token}: 204 whether or not the member had it (SPEC); another account''s token is left alone. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function api.device_delete(text) to authenticated;
 
 create function api.notification_preferences()
 returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select jsonb_build_object('data', jsonb_agg(app.notification_preference_json(t.identifier, t.name, t.description, p.mobile_push_enabled) order by t.n))
+begin
+  return (select jsonb_build_object('data', jsonb_agg(app.notification_preference_json(t.identifier, t.name, t.description, p.mobile_push_enabled) order by t.n))
   from app.notification_types() with ordinality t(identifier, name, description, emoji, n)
-  left join app.notification_preferences p on p.user_id = (select auth.uid()) and p.type = t.identifier
+  left join app.notification_preferences p on p.user_id = (select auth.uid()) and p.type = t.identifier);
+end;
 $$;
 comment on function api.notification_preferences() is
-  'GET /v1/notification_preferences: every notification type with the member''s mobile_push_enabled (true unless turned off).';
+  'GET /v1/notification_preferences: every notification type with the member''s mobile_push_enabled (true unless turned off). PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function api.notification_preferences() to authenticated;
 
 create function api.notification_preference_update(identifier text, mobile_push_enabled boolean)
