@@ -1,6 +1,6 @@
 // What a write or read costs the database per request, each call its own transaction, with two
 // versions of some functions alternated in blocks: `npx tsx local/bench/per-transaction.ts
-// --before BEFORE.sql --after AFTER.sql [--kind todo|comment|reaction|unlike|list|timeline]`,
+// --before BEFORE.sql --after AFTER.sql [--kind todo|comment|reaction|unlike|list|timeline|page]`,
 // DATABASE_URL naming the bench's large database (a superuser: it commits the two files in turn).
 //
 // Why not the write-cost sections (local/bench/write-cost.ts, render-cost.ts): they run a round's
@@ -57,7 +57,9 @@ const call = (k: number) => {
     case 'unlike': return callApi(connection, writer, 'api.reaction_delete', [liked])
     case 'list': return callApi(connection, reader, 'api.todos_list', [{}, 25, null, false])
     case 'timeline': return callApi(connection, reader, 'api.timeline', [{}, 25, null, false])
-    default: throw new Error(`--kind ${values.kind}: todo, comment, reaction, unlike, list or timeline`)
+    // The web page /@username as functions/web/pages.ts asks for it (anonymous: no credential).
+    case 'page': return connection`select app.web_page('user', ${fixture.writers[0]!.username})::text as page`
+    default: throw new Error(`--kind ${values.kind}: todo, comment, reaction, unlike, list, timeline or page`)
   }
 }
 const total = { before: 0, after: 0 }

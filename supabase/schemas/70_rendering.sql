@@ -1620,12 +1620,13 @@ grant execute on function app.conversation_json(app.conversations) to authentica
 -- ============================================================================
 create function app.web_page(kind text, ref text)
 returns jsonb
-language sql
+language plpgsql
 stable
 security definer
 set search_path = ''
 as $$
-  with web as (select app.web_url() as base, app.public_url() as api),
+begin
+  return (with web as (select app.web_url() as base, app.public_url() as api),
   member as (
     select u.* from app.users u
     where kind = 'user' and lower(u.username) = lower(ref) and u.privacy <> 'private'),
@@ -1662,10 +1663,11 @@ as $$
          select jsonb_agg(jsonb_build_object('body', t.body, 'created_at', t.created_at, 'url', web.base || '/todos/' || t.number) order by t.created_at desc)
          from (select t.* from app.todos t
                where t.project_id = p.id and t.author_privacy = 'public' order by t.created_at desc limit 20) t), '[]') else '[]' end)
-     from project p, web))
+     from project p, web)));
+end;
 $$;
 comment on function app.web_page(text, text) is
-  'What the web pages /@username, /todos/{n} and /projects/{slug} show to an anonymous visitor (they carry no credential): a public or protected member''s profile, with their 20 newest todos only when public; a todo of a public member; a public or protected project, with its 20 newest todos of public members only when public (todos.project_id: the API''s rule for a project''s todos, written by accepted makers; read down the (project_id, created_at) index, as the project is found by its lower(slug) index, so an anonymous page view never scans). Null (a 404 page) for private members and projects, other members'' todos and anything unknown. Security definer: the page has no member to run as, so the rules are the anonymous viewer''s, written out here.';
+  'What the web pages /@username, /todos/{n} and /projects/{slug} show to an anonymous visitor (they carry no credential): a public or protected member''s profile, with their 20 newest todos only when public; a todo of a public member; a public or protected project, with its 20 newest todos of public members only when public (todos.project_id: the API''s rule for a project''s todos, written by accepted makers; read down the (project_id, created_at) index, as the project is found by its lower(slug) index, so an anonymous page view never scans). Null (a 404 page) for private members and projects, other members'' todos and anything unknown. Security definer: the page has no member to run as, so the rules are the anonymous viewer''s, written out here. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.web_page(text, text) to service_role;
 
 -- ============================================================================

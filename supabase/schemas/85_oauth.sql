@@ -141,82 +141,97 @@ comment on function app.keyed_rate_limit(text, text, boolean) is
 
 create function app.oauth_error(code text, description text, status integer default 400, retry_after integer default null)
 returns jsonb
-language sql
+language plpgsql
 immutable
 set search_path = ''
 as $$
-  select jsonb_strip_nulls(jsonb_build_object('error', code, 'error_description', description, 'status', status, 'retry_after', retry_after))
+begin
+  return jsonb_strip_nulls(jsonb_build_object('error', code, 'error_description', description, 'status', status, 'retry_after', retry_after));
+end;
 $$;
 comment on function app.oauth_error(text, text, integer, integer) is
-  'The RFC 6749 section 5.2 error the HTTP side answers, with its status (400, 401 for client authentication, 429), as the JSON the OAuth functions return. One constructor, so every endpoint answers the same shape.';
+  'The RFC 6749 section 5.2 error the HTTP side answers, with its status (400, 401 for client authentication, 429), as the JSON the OAuth functions return. One constructor, so every endpoint answers the same shape. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 
 create function app.oauth_authenticate_client(presented_client_id text, presented_secret_hash text)
 returns app.oauth_clients
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select c.*
+declare
+  found app.oauth_clients;
+begin
+  select c.* into found
   from app.oauth_clients c
   where c.client_id = presented_client_id
     and case when c.secret_hash is null then presented_secret_hash is null
-             else presented_secret_hash is not null and c.secret_hash = decode(presented_secret_hash, 'hex') end
+             else presented_secret_hash is not null and c.secret_hash = decode(presented_secret_hash, 'hex') end;
+  return found;
+end;
 $$;
 comment on function app.oauth_authenticate_client(text, text) is
-  'The client, when the credentials authenticate it: a confidential client by its secret (compared as SHA-256 hashes, so the comparison''s timing tells nothing about the secret), a public client by presenting none (it has none; PKCE protects its codes). A public client sending a secret is refused too: it is not who it claims. Null row otherwise (invalid_client).';
+  'The client, when the credentials authenticate it: a confidential client by its secret (compared as SHA-256 hashes, so the comparison''s timing tells nothing about the secret), a public client by presenting none (it has none; PKCE protects its codes). A public client sending a secret is refused too: it is not who it claims. Null row otherwise (invalid_client). Unknown or not authenticated: a row of nulls (callers test its id). PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 
 create function app.oauth_failure_subject(client app.oauth_clients, requester text)
 returns text
-language sql
+language plpgsql
 immutable
 set search_path = ''
 as $$
-  select case when client.id is not null and client.secret_hash is not null then 'client ' || client.client_id else requester end
+begin
+  return case when client.id is not null and client.secret_hash is not null then 'client ' || client.client_id else requester end;
+end;
 $$;
 comment on function app.oauth_failure_subject(app.oauth_clients, text) is
-  'Whom the failed-request limit (oauth_token_failure) counts against: a confidential client that authenticated with its secret, by its client_id; anyone else (a failed client authentication, a public client, whose client_id anyone may send) by client address. So strangers failing at an address a confidential client shares (a cloud egress, or a spoofed X-Forwarded-For on the edge) cannot lock that client out, and its own failures limit only itself.';
+  'Whom the failed-request limit (oauth_token_failure) counts against: a confidential client that authenticated with its secret, by its client_id; anyone else (a failed client authentication, a public client, whose client_id anyone may send) by client address. So strangers failing at an address a confidential client shares (a cloud egress, or a spoofed X-Forwarded-For on the edge) cannot lock that client out, and its own failures limit only itself. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 
 create function app.oauth_pkce_matches(code_challenge text, code_verifier text)
 returns boolean
-language sql
+language plpgsql
 immutable
 set search_path = ''
 as $$
-  select code_challenge is null and code_verifier is null
+begin
+  return code_challenge is null and code_verifier is null
       or (code_challenge is not null and code_verifier is not null
-          and translate(encode(sha256(convert_to(code_verifier, 'UTF8')), 'base64'), '+/=', '-_') = code_challenge)
+          and translate(encode(sha256(convert_to(code_verifier, 'UTF8')), 'base64'), '+/=', '-_') = code_challenge);
+end;
 $$;
 comment on function app.oauth_pkce_matches(text, text) is
-  'RFC 7636 S256: BASE64URL(SHA256(verifier)) = challenge. A code made without a challenge (a confidential client that sent none) takes no verifier, so a verifier cannot be added after the fact, nor one left out when a challenge was made.';
+  'RFC 7636 S256: BASE64URL(SHA256(verifier)) = challenge. A code made without a challenge (a confidential client that sent none) takes no verifier, so a verifier cannot be added after the fact, nor one left out when a challenge was made. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 
 create function app.oauth_token_json(client app.oauth_clients, token app.oauth_tokens)
 returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select jsonb_build_object(
+begin
+  return (select jsonb_build_object(
     'sub', app.to_public_id('user', token.user_id),
     'jti', token.jti,
     'scope', array_to_string(token.scopes, ' '),
     'client_id', client.client_id,
     'first_party', client.first_party,
     'chat', client.chat_enabled,
-    'expires_in', greatest(0, floor(extract(epoch from token.expires_at - now())))::integer)
+    'expires_in', greatest(0, floor(extract(epoch from token.expires_at - now())))::integer));
+end;
 $$;
 comment on function app.oauth_token_json(app.oauth_clients, app.oauth_tokens) is
-  'What the HTTP side needs to sign a newly issued access token with exactly the claims app.authenticate and Realtime expect (sub, jti, scope, client_id, first_party, chat) and to answer RFC 6749 section 5.1.';
+  'What the HTTP side needs to sign a newly issued access token with exactly the claims app.authenticate and Realtime expect (sub, jti, scope, client_id, first_party, chat) and to answer RFC 6749 section 5.1. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 
 create function app.oauth_lock_family(family uuid)
 returns void
-language sql
+language plpgsql
 volatile
 set search_path = ''
 as $$
-  select pg_advisory_xact_lock(hashtextextended('app.oauth_family ' || family::text, 0))
+begin
+  perform pg_advisory_xact_lock(hashtextextended('app.oauth_family ' || family::text, 0));
+end;
 $$;
 comment on function app.oauth_lock_family(uuid) is
-  'Serializes what adds to a grant''s family (a refresh) and what revokes it, until commit. Without it a revocation''s UPDATE, whose snapshot predates a concurrent refresh''s insert, would miss the token that refresh issues, and that token (a thief''s, refreshing from another address while the app revokes or replays) would outlive the revocation. Taken before any row lock of the family, so the two never wait for each other in a cycle.';
+  'Serializes what adds to a grant''s family (a refresh) and what revokes it, until commit. Without it a revocation''s UPDATE, whose snapshot predates a concurrent refresh''s insert, would miss the token that refresh issues, and that token (a thief''s, refreshing from another address while the app revokes or replays) would outlive the revocation. Taken before any row lock of the family, so the two never wait for each other in a cycle. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 
 create function app.oauth_revoke_family(family uuid)
 returns void
@@ -261,11 +276,12 @@ alter table app.keyed_rate_limit_counters enable row level security;
 -- ============================================================================
 create function app.oauth_authorize_context(presented_client_id text, session_hash text)
 returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select jsonb_build_object(
+begin
+  return (select jsonb_build_object(
     'client', (select jsonb_build_object('name', c.name, 'public', c.secret_hash is null, 'chat', c.chat_enabled,
                                          'redirect_uris', to_jsonb(c.redirect_uris), 'default_scopes', to_jsonb(c.default_scopes))
                from app.oauth_clients c where c.client_id = presented_client_id),
@@ -276,10 +292,11 @@ as $$
                        from app.oauth_sessions s
                        join app.oauth_grants g on g.user_id = s.user_id
                        join app.oauth_clients c on c.id = g.client_id
-                       where s.id_hash = decode(session_hash, 'hex') and s.expires_at > now() and c.client_id = presented_client_id))
+                       where s.id_hash = decode(session_hash, 'hex') and s.expires_at > now() and c.client_id = presented_client_id)));
+end;
 $$;
 comment on function app.oauth_authorize_context(text, text) is
-  'GET /oauth/authorize in one call: the client the request names (its name for the consent page, the registered redirect URIs the HTTP side must match exactly before it may redirect anywhere, and its default scopes for a request without `scope`), the member the session cookie signs in, if any, and the scopes that member already approved for this app (app.oauth_grants; null when none), which decide whether the consent page is shown again.';
+  'GET /oauth/authorize in one call: the client the request names (its name for the consent page, the registered redirect URIs the HTTP side must match exactly before it may redirect anywhere, and its default scopes for a request without `scope`), the member the session cookie signs in, if any, and the scopes that member already approved for this app (app.oauth_grants; null when none), which decide whether the consent page is shown again. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 
 create function app.oauth_start_session(login_code_hash text, member_id uuid, requester text, session_hash text, session_seconds integer)
 returns jsonb
@@ -607,11 +624,12 @@ comment on function app.oauth_revoke(text, text, text, uuid, text) is
 
 create function app.oauth_token_info(token_jti uuid, token_sub text)
 returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select jsonb_build_object(
+begin
+  return (select jsonb_build_object(
     'resource_owner_id', app.to_public_id('user', t.user_id),
     'scope', to_jsonb(t.scopes),
     'expires_in', greatest(0, floor(extract(epoch from t.expires_at - now())))::integer,
@@ -622,21 +640,23 @@ as $$
   where t.jti = token_jti
     and t.user_id = app.from_public_id('user', token_sub)
     and t.revoked_at is null
-    and t.expires_at > now()
+    and t.expires_at > now());
+end;
 $$;
 comment on function app.oauth_token_info(uuid, text) is
-  'GET /oauth/token/info: what an access token (already verified: signature, expiry, audience) still is, in the shape of Doorkeeper''s token info, which clients of the API we mirror read; null once revoked or expired (401).';
+  'GET /oauth/token/info: what an access token (already verified: signature, expiry, audience) still is, in the shape of Doorkeeper''s token info, which clients of the API we mirror read; null once revoked or expired (401). PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 
 -- ============================================================================
 -- The member's pages: authorized apps, revocation, sign-out
 -- ============================================================================
 create function app.oauth_member_apps(session_hash text)
 returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select jsonb_build_object(
+begin
+  return (select jsonb_build_object(
     'member', (select jsonb_build_object('id', app.to_public_id('user', u.id), 'username', u.username)
                from app.oauth_sessions s join app.users u on u.id = s.user_id
                where s.id_hash = decode(session_hash, 'hex') and s.expires_at > now()),
@@ -670,10 +690,11 @@ as $$
                                where t.user_id = s.user_id and t.client_id = held.client_id) last_use on true
             where s.id_hash = decode(session_hash, 'hex') and s.expires_at > now()
             order by coalesce(last_use.newest, held.authorized_at) desc
-            limit 500) listed), '[]'::jsonb))
+            limit 500) listed), '[]'::jsonb)));
+end;
 $$;
 comment on function app.oauth_member_apps(text) is
-  'GET /oauth/apps: the member the session cookie signs in (null: the sign-in form) and the apps that act for them: those they approved (app.oauth_grants, with the scopes approved and when), and any other app holding a live refresh token for them (the operator''s issue-token), with its tokens'' scopes. Each with its last use: when the app last got a token for them (a sign-in or a refresh; access tokens live 15 minutes, so an app in use refreshes at least that often). Why not a column written on every API request: that would be a write, and a hot row, per request. The unapproved apps are found among the member''s tokens of the last 90 days (the refresh tokens'' lifetime) by the (user_id, client_id, created_at) index. At most 500 apps (clients are registered by the operator, so a member cannot grow the list).';
+  'GET /oauth/apps: the member the session cookie signs in (null: the sign-in form) and the apps that act for them: those they approved (app.oauth_grants, with the scopes approved and when), and any other app holding a live refresh token for them (the operator''s issue-token), with its tokens'' scopes. Each with its last use: when the app last got a token for them (a sign-in or a refresh; access tokens live 15 minutes, so an app in use refreshes at least that often). Why not a column written on every API request: that would be a write, and a hot row, per request. The unapproved apps are found among the member''s tokens of the last 90 days (the refresh tokens'' lifetime) by the (user_id, client_id, created_at) index. At most 500 apps (clients are registered by the operator, so a member cannot grow the list). PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 
 create function app.oauth_revoke_grant(session_hash text, presented_client_id text)
 returns jsonb
@@ -718,15 +739,17 @@ comment on function app.oauth_revoke_grant(text, text) is
 
 create function app.oauth_end_session(session_hash text)
 returns jsonb
-language sql
+language plpgsql
 volatile
 set search_path = ''
 as $$
-  with ended as (delete from app.oauth_sessions s where s.id_hash = decode(session_hash, 'hex') returning 1)
-  select jsonb_build_object('ended', exists (select 1 from ended))
+begin
+  delete from app.oauth_sessions s where s.id_hash = decode(session_hash, 'hex');
+  return jsonb_build_object('ended', found);
+end;
 $$;
 comment on function app.oauth_end_session(text) is
-  'POST /oauth/logout: signs the member out of the authorization pages by deleting the session, so the cookie (cleared too, but a copy may survive) opens nothing any more. Tokens already issued to apps are not touched: revoking an app is its own action.';
+  'POST /oauth/logout: signs the member out of the authorization pages by deleting the session, so the cookie (cleared too, but a copy may survive) opens nothing any more. Tokens already issued to apps are not touched: revoking an app is its own action. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 
 -- ============================================================================
 -- Execute only where granted above
