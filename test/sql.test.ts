@@ -96,7 +96,7 @@ describe('conventions, from the catalog', () => {
     ])
     // An inlined view (issue 27) reads tables: a set of rows for the calling statement to filter.
     for (const f of inlined) {
-      expect({ fn: f.fn, language: f.lanname, definer: f.prosecdef, config: f.proconfig, readsTables: /\bfrom\s+(app|auth|storage|realtime)\./i.test(f.prosrc), set: f.proretset })
+      expect({ fn: f.fn, language: f.lanname, definer: f.prosecdef, config: f.proconfig, readsTables: /\b(from|join)\s+"?(app|auth|storage|realtime|public|extensions)"?\./i.test(f.prosrc), set: f.proretset })
         .toEqual({ fn: f.fn, language: 'sql', definer: false, config: null, readsTables: f.view, set: f.view ? true : f.proretset })
     }
     // Substituted: a call's plan shows the body, not the function (a body more volatile than
@@ -129,20 +129,54 @@ describe('conventions, from the catalog', () => {
     // Each API request is one transaction, so such a function costs its planning on every request
     // (0.1-0.5 ms on a write: docs/performance.md, "Seventh round"). Inlined helpers have no SET
     // clause; the rest are PL/pgSQL, whose plans are kept for the session. These remain SQL: the
-    // workers' and the operator's batches, the inspection of uploads, the timeline's filtered
+    // workers' and the operator's batches, the timeline's filtered
     // forms (a statement built per call anyway), and four one-row renderers no code calls.
     const rows = await world.sql`
       select p.oid::regprocedure::text as fn from pg_proc p join pg_namespace n on n.oid = p.pronamespace
       join pg_language l on l.oid = p.prolang
       where n.nspname in ('app', 'api') and l.lanname = 'sql' and p.proconfig is not null`
     expect(rows.map((r) => r.fn).sort()).toEqual([
-      'api.uploads_to_inspect(jsonb)', 'app.attachment_json(app.uploads)', 'app.complete_export(uuid,uuid,text,bigint,timestamp with time zone)',
+      'app.attachment_json(app.uploads)', 'app.complete_export(uuid,uuid,text,bigint,timestamp with time zone)',
       'app.disable_webhook_subscription(uuid,text)', 'app.export_file_started(uuid,uuid,text)', 'app.fail_export(uuid,uuid,text,integer,interval)',
       'app.fan_out_pushes(integer)', 'app.forget_file_deletions(text[])', 'app.forget_idempotency_keys(integer)', 'app.image_set(text,text)',
       'app.mentioned_project_json(app.projects)', 'app.mentioned_user_json(app.users)', 'app.park_export(uuid,uuid)', 'app.prune_notifications(interval,integer)', 'app.prune_push_deliveries(interval,integer)',
-      'app.prune_webhook_deliveries(interval,integer)', 'app.record_upload_inspection(text,text,integer,integer)', 'app.take_file_deletions(integer)',
+      'app.prune_webhook_deliveries(interval,integer)', 'app.take_file_deletions(integer)',
       'app.timeline_sources(text,integer,boolean)', 'app.uninspected_uploads(integer)',
     ].sort())
+  })
+
+  it('the functions issue 27 made PL/pgSQL resolve every name they use: each, called with null arguments, raises no unknown or ambiguous name', async () => {
+    // A PL/pgSQL body is parsed statement by statement as it runs, so a parameter or output
+    // column named like a column of a table it reads ("column reference is ambiguous"), or a
+    // misspelt name, fails only when called. These bodies run straight through (no branch skips
+    // a statement on null arguments), so one call each parses all of them. Errors the functions
+    // raise on purpose (null input, http_error) are not what this looks for.
+    const nameErrors = ['42702', '42703', '42P01', '42883', '42804', '42601', '42P02']
+    const converted = await world.sql<{ fn: string; name: string; types: string[]; set: boolean }[]>`
+      select p.oid::regprocedure::text as fn, n.nspname || '.' || p.proname as name, p.proretset as set,
+             coalesce((select array_agg(format_type(t, null) order by o) from unnest(p.proargtypes) with ordinality a(t, o)), '{}') as types
+      from pg_proc p join pg_namespace n on n.oid = p.pronamespace join pg_language l on l.oid = p.prolang
+      where n.nspname in ('app', 'api') and l.lanname = 'plpgsql'
+        and obj_description(p.oid, 'pg_proc') like '%PL/pgSQL, not SQL: a SQL function with a SET clause%'`
+    expect(converted.length).toBeGreaterThanOrEqual(40)
+    const call = (f: { name: string; types: string[]; set: boolean }) =>
+      `select ${f.set ? '* from ' : ''}${f.name}(${f.types.map((t) => `null::${t}`).join(', ')})`
+    const failures: string[] = []
+    await world.sql.begin(async (tx) => {
+      await tx`set local statement_timeout = '5s'`
+      // The check catches what it looks for: a body with an ambiguous name, made here and dropped
+      // with the transaction.
+      await tx.unsafe(`create function pg_temp.ambiguous(id uuid) returns uuid language plpgsql as $$
+        begin return (select id from app.users u where u.id = ambiguous.id); end $$`)
+      const probes = [...converted, { fn: 'pg_temp.ambiguous(uuid)', name: 'pg_temp.ambiguous', types: ['uuid'], set: false }]
+      for (const f of probes) {
+        await tx.savepoint((sp) => sp.unsafe(call(f))).catch((e: { code?: string; message: string }) => {
+          if (nameErrors.includes(e.code ?? '')) failures.push(`${f.fn}: ${e.code} ${e.message}`)
+        })
+      }
+      throw new Error('rolled back')
+    }).catch((e: Error) => { if (e.message !== 'rolled back') throw e })
+    expect(failures).toEqual(['pg_temp.ambiguous(uuid): 42702 column reference "id" is ambiguous'])
   })
 
   it('every function in app and api has a comment that explains it', async () => {

@@ -127,10 +127,10 @@ stable
 set search_path = ''
 as $$
 declare
-  found app.comments;
+  result app.comments;
 begin
-  select c.* into found from app.comments c where c.id = app.from_public_id('comm', ref);
-  return found;
+  select c.* into result from app.comments c where c.id = app.from_public_id('comm', ref);
+  return result;
 end;
 $$;
 comment on function app.resolve_comment(text) is

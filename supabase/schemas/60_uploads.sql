@@ -255,20 +255,22 @@ grant execute on function app.uninspected_uploads(integer) to service_role;
 
 create function app.record_upload_inspection(object_key text, sniffed text, image_width integer, image_height integer)
 returns void
-language sql
+language plpgsql
 volatile
 security definer
 set search_path = ''
 as $$
+begin
   update app.uploads u
      set sniffed_type = sniffed,
          detected_type = case when u.content_type = 'application/octet-stream' and u.detected_type is null
                               then nullif(sniffed, 'application/octet-stream') else u.detected_type end,
          width = image_width, height = image_height, measured_at = now()
-   where u.key = object_key and u.stored_at is not null and u.sniffed_type is null and sniffed is not null
+   where u.key = object_key and u.stored_at is not null and u.sniffed_type is null and sniffed is not null;
+end;
 $$;
 comment on function app.record_upload_inspection(text, text, integer, integer) is
-  'Records what the bytes of a stored file are, once (the first of the attaching request and the storage worker): sniffed_type (the declared type when the file starts as one, else application/octet-stream; for a file declared application/octet-stream the type found in its bytes or name), detected_type for those declared application/octet-stream, and the dimensions of an image (null when unreadable). Called by the API''s own connection (the attaching request) and the storage worker, never as a member: members cannot write these columns.';
+  'Records what the bytes of a stored file are, once (the first of the attaching request and the storage worker): sniffed_type (the declared type when the file starts as one, else application/octet-stream; for a file declared application/octet-stream the type found in its bytes or name), detected_type for those declared application/octet-stream, and the dimensions of an image (null when unreadable). Called by the API''s own connection (the attaching request) and the storage worker, never as a member: members cannot write these columns. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.record_upload_inspection(text, text, integer, integer) to service_role;
 
 -- ============================================================================
@@ -423,17 +425,19 @@ grant execute on function api.upload_create(text, bigint, text, text) to authent
 
 create function api.uploads_to_inspect(upload_ids jsonb)
 returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select coalesce(jsonb_agg(jsonb_build_object('key', u.key, 'filename', u.filename, 'content_type', u.content_type)), '[]'::jsonb)
+begin
+  return (select coalesce(jsonb_agg(jsonb_build_object('key', u.key, 'filename', u.filename, 'content_type', u.content_type)), '[]'::jsonb)
   from app.uploads u
   where u.id = any (array(select (value #>> '{}')::uuid from jsonb_array_elements(coalesce(upload_ids, '[]'::jsonb))))
-    and u.user_id = (select auth.uid()) and u.sniffed_type is null and u.stored_at is not null
+    and u.user_id = (select auth.uid()) and u.sniffed_type is null and u.stored_at is not null);
+end;
 $$;
 comment on function api.uploads_to_inspect(jsonb) is
-  'Of the uploads a request is about to attach (ids from signed_ids the HTTP layer verified), the requesting member''s own that are stored and whose bytes nobody read yet: the HTTP layer reads their start from storage and records what they are (app.record_upload_inspection) before the request''s own call attaches them. Runs as the member (RLS and auth.uid()), so a request never reads or records anything of another member''s upload, whatever signed id it names.';
+  'Of the uploads a request is about to attach (ids from signed_ids the HTTP layer verified), the requesting member''s own that are stored and whose bytes nobody read yet: the HTTP layer reads their start from storage and records what they are (app.record_upload_inspection) before the request''s own call attaches them. Runs as the member (RLS and auth.uid()), so a request never reads or records anything of another member''s upload, whatever signed id it names. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function api.uploads_to_inspect(jsonb) to authenticated;
 
 -- ============================================================================

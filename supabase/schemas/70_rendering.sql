@@ -1631,6 +1631,9 @@ begin
     select u.* from app.users u
     where kind = 'user' and lower(u.username) = lower(ref) and u.privacy <> 'private'),
   todo as (
+    -- ref::bigint stays after the tests of kind and form: the planner folds a cast of a constant
+    -- (PL/pgSQL plans its first calls with the arguments' values) unless a condition before it
+    -- is already false, and /@alice must not fail on 'alice'::bigint.
     select t.* from app.todos t
     where kind = 'todo' and ref ~ '^[0-9]{1,18}$' and t.number = ref::bigint and t.author_privacy = 'public'),
   project as (

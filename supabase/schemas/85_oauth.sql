@@ -159,14 +159,18 @@ stable
 set search_path = ''
 as $$
 declare
-  found app.oauth_clients;
+  result app.oauth_clients;
 begin
-  select c.* into found
+  -- The hash is tested before it is decoded: PL/pgSQL plans its first calls with the arguments'
+  -- values, and the planner decodes a constant wherever it stands, even in a branch no row takes.
+  -- Anything but a SHA-256 in hex (functions/oauth/oauth.ts sends only that, or null)
+  -- authenticates no client, where decoding it would raise an error.
+  select c.* into result
   from app.oauth_clients c
   where c.client_id = presented_client_id
     and case when c.secret_hash is null then presented_secret_hash is null
-             else presented_secret_hash is not null and c.secret_hash = decode(presented_secret_hash, 'hex') end;
-  return found;
+             else presented_secret_hash ~ '^[0-9a-f]{64}$' and c.secret_hash = decode(presented_secret_hash, 'hex') end;
+  return result;
 end;
 $$;
 comment on function app.oauth_authenticate_client(text, text) is
