@@ -5,12 +5,11 @@
 // loaded machine (the third of three `npm test` runs beside two spinning cores) `npm run
 // start:edge` was killed that way: no "SIGINT: stopping", no clean stop of its database and
 // Storage. `node --import tsx` loads TypeScript in the one process, which takes the signal itself.
-import { spawn } from 'node:child_process'
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { interrupt } from './support/process.ts'
+import { interrupt, spawnUntil } from './support/process.ts'
 
 const ROOT = new URL('..', import.meta.url).pathname
 
@@ -33,18 +32,11 @@ describe('signals', () => {
         "setInterval(() => { const end = Date.now() + 400; while (Date.now() < end); }, 10)",
         "console.log('ready')",
       ].join('\n'))
-      const child = spawn(process.execPath, ['--import', 'tsx', script], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
-      let output = ''
-      child.stdout!.on('data', (d: Buffer) => (output += d))
-      child.stderr!.on('data', (d: Buffer) => (output += d))
-      await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`no ready line: ${output}`)), 30_000)
-        child.stdout!.on('data', () => { if (output.includes('ready')) { clearTimeout(timer); resolve() } })
-      })
+      const { child, output } = await spawnUntil(process.execPath, ['--import', 'tsx', script], 'ready', { timeoutMs: 30_000 })
       // In the middle of a busy stretch, as a terminal's Ctrl-C would (to the process group).
       await new Promise((r) => setTimeout(r, 100))
       expect(await interrupt(child)).toBe(0)
-      expect(output).toContain('handled SIGINT')
+      expect(output()).toContain('handled SIGINT')
     } finally {
       await rm(dir, { recursive: true, force: true })
     }

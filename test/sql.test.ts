@@ -129,8 +129,8 @@ describe('conventions, from the catalog', () => {
     // Each API request is one transaction, so such a function costs its planning on every request
     // (0.1-0.5 ms on a write: docs/performance.md, "Seventh round"). Inlined helpers have no SET
     // clause; the rest are PL/pgSQL, whose plans are kept for the session. These remain SQL: the
-    // workers' and the operator's batches, the timeline's filtered
-    // forms (a statement built per call anyway), and four one-row renderers no code calls.
+    // workers' and the operator's batches, the timeline's filtered forms (a statement built per
+    // call anyway), and four one-row renderers no code calls.
     const rows = await world.sql`
       select p.oid::regprocedure::text as fn from pg_proc p join pg_namespace n on n.oid = p.pronamespace
       join pg_language l on l.oid = p.prolang

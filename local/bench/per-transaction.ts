@@ -43,7 +43,8 @@ const reader = context(fixture.reader, 'read')
 // Public todos of members who are not writers, one per call: liked, commented, unliked.
 const targets = (await sql<{ id: string }[]>`
   select 'todo_' || replace(t.id::text, '-', '') as id from app.todos t
-  where t.author_privacy = 'public' and t.user_id <> all(${fixture.writers.map((w) => w.id.slice(5).replace(/(.{8})(.{4})(.{4})(.{4})(.{12})/, '$1-$2-$3-$4-$5'))}::uuid[])
+  where t.author_privacy = 'public'
+    and t.user_id <> all(array(select app.from_public_id('user', w) from unnest(${fixture.writers.map((w) => w.id)}::text[]) w))
   order by t.created_at desc limit ${blocks * calls}`).map((t) => t.id)
 
 const connection = await sql.reserve()

@@ -26,13 +26,22 @@ export function runCli(args: string[], env: Record<string, string>): Promise<Fin
 
 /** Starts `npm start` and resolves once it prints that it listens. */
 export function startServer(env: Record<string, string>, timeoutMs = 60_000): Promise<{ child: ChildProcess; output: () => string }> {
+  return spawnUntil('npm', ['start'], 'listening on', { env, timeoutMs, name: 'npm start' })
+}
+
+/**
+ * Starts a command in a process group of its own (so interrupt() reaches all of it, as Ctrl-C
+ * in a terminal does) and resolves once its output holds `line`; rejects if it exits first.
+ */
+export function spawnUntil(command: string, args: string[], line: string, options: { env?: Record<string, string>; timeoutMs?: number; name?: string } = {}): Promise<{ child: ChildProcess; output: () => string }> {
+  const { env = {}, timeoutMs = 60_000, name = command } = options
   return new Promise((resolve, reject) => {
-    const child = spawn('npm', ['start'], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
+    const child = spawn(command, args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
     let output = ''
-    const timer = setTimeout(() => reject(new Error(`npm start did not listen within ${timeoutMs} ms:\n${output}`)), timeoutMs)
+    const timer = setTimeout(() => reject(new Error(`${name} did not print ${JSON.stringify(line)} within ${timeoutMs} ms:\n${output}`)), timeoutMs)
     const onData = (d: Buffer) => {
       output += d
-      if (output.includes('listening on')) {
+      if (output.includes(line)) {
         clearTimeout(timer)
         resolve({ child, output: () => output })
       }
@@ -41,7 +50,7 @@ export function startServer(env: Record<string, string>, timeoutMs = 60_000): Pr
     child.stderr.on('data', onData)
     child.on('close', (code) => {
       clearTimeout(timer)
-      reject(new Error(`npm start exited with ${code}:\n${output}`))
+      reject(new Error(`${name} exited with ${code}:\n${output}`))
     })
   })
 }
