@@ -84,7 +84,7 @@ import { type WebhookBench, measureWebhooks } from './bench/webhooks.ts'
 import { type NotificationBench, measureNotifications } from './bench/notifications.ts'
 import { progressBar } from './bench/progress.ts'
 import { type FairnessBench, FAIRNESS_TARGET, measureFairness } from './bench/fairness.ts'
-import { type AdmissionLimits, admissionLimitsFor } from '../functions/lib/admission.ts'
+import type { AdmissionLimits } from '../functions/lib/admission.ts'
 import { type BenchKey, FIXTURE_FORMAT, gib, readFixture, refreshFixture, seedDatabase, writeFixtureFile, type Fixture, type SeedOptions } from './bench/seed-data.ts'
 import { SMALL_TODOS, deriveSubset, isSubsetOf, todoIds } from './bench/subset.ts'
 import { type RenderCost, measureRenderCost } from './bench/render-cost.ts'
@@ -227,8 +227,8 @@ function admissionOption(value: string | undefined): boolean {
 }
 
 /** The server worker's fair queue: as npm start's, or (--admission off) one that lets every request through to the pool. */
-function admissionLimits(options: Options): AdmissionLimits {
-  if (options.admission) return admissionLimitsFor(options.pool, { pipeline: true })
+function admissionLimits(options: Options): AdmissionLimits | undefined {
+  if (options.admission) return undefined
   return { concurrency: 1_000_000, perMember: 1_000_000, waitingPerMember: 1_000_000, maxWaitMs: 3_600_000 }
 }
 

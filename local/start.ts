@@ -3,7 +3,6 @@
 import { join } from 'node:path'
 import { serve } from '@hono/node-server'
 import { createApp } from '../functions/app.ts'
-import { admissionLimitsFor } from '../functions/lib/admission.ts'
 import { createSql } from '../functions/lib/sql.ts'
 import { databasePoolSize, forgetServer, readConfig, recordServer } from './config.ts'
 import { openDatabase } from './database.ts'
@@ -25,8 +24,7 @@ const database = await openDatabase(config)
 // The workers' too, as on the edge, where they share the API's pool: a worker waiting on a silent
 // database fails its pass and tries again at the next, instead of hanging for good.
 const limits = { statementTimeoutMs: config.statementTimeoutMs, deadlineMarginMs: config.deadlineMarginMs }
-const poolSize = databasePoolSize()
-const sql = createSql(database.url, { max: poolSize, ...limits })
+const sql = createSql(database.url, { max: databasePoolSize(), ...limits })
 // Migrations on a connection of their own, without a statement timeout and so without a deadline:
 // one may rightly run for minutes, or wait for another server's migrations (an advisory lock).
 const migrator = createSql(database.url, { max: 1 })
@@ -44,8 +42,6 @@ const app = createApp({
   webhookAllowPrivate: config.webhookAllowPrivate, onTodoCreated: () => webhookWorker.kick(),
   onExportCreated: () => exportWorker.kick(),
   webUrl: config.webUrl, brotli: nodeBrotli, docsScript: nodeDocsScript, accessLog: (line) => console.log(line),
-  // Direct connections to PostgreSQL: a call may wait on a busy connection behind a young statement.
-  admission: admissionLimitsFor(poolSize, { pipeline: true }),
 })
 app.route('/', storageApi.routes)
 

@@ -126,37 +126,6 @@ describe('one member’s flood of slow requests', () => {
     const answers = await Promise.all(flood)
     expect(answers.map((a) => a.status)).toEqual(Array(12).fill(200))
   })
-
-  it('a call is never sent behind a statement that has run a while: it takes the first connection to come free', async () => {
-    // npm start pipelines (admissionLimitsFor with pipeline: a call sent to a busy connection
-    // waits there behind its statement), but only while every running call is young. Two
-    // connections run a long and a short statement; two more calls come when both have run a
-    // while. Where they ran shows in the order the calls finish: behind the long one, last.
-    async function finishingOrder(pipelineWhileYoungerThanMs: number): Promise<string[]> {
-      const sql = createSql(world.databaseUrl, { max: 2 })
-      try {
-        // Prepared on both connections first: postgres.js pipelines nothing behind a statement it
-        // has to describe (its first run on a connection), as the API's are after their first.
-        await Promise.all([sql`select pg_sleep(${0})`, sql`select pg_sleep(${0})`])
-        const queue = new FairQueue({ concurrency: 2, pipelined: 2, pipelineWhileYoungerThanMs, perMember: 1, waitingPerMember: 10, maxWaitMs: 60_000 })
-        const finished: string[] = []
-        const call = (name: string, seconds: number) =>
-          queue.run(name, () => sql`select pg_sleep(${seconds})`).then(() => finished.push(name))
-        const long = call('long', 1.5)
-        const short = call('short', 0.3)
-        await new Promise((resolve) => setTimeout(resolve, 100))
-        await Promise.all([long, short, call('third', 0), call('fourth', 0)])
-        return finished
-      } finally {
-        await sql.end({ timeout: 5 })
-      }
-    }
-    expect(await finishingOrder(10)).toEqual(['short', 'third', 'fourth', 'long'])
-    // Without the age rule both are pipelined at once, one behind each connection's statement:
-    // one of them waits for the long statement to end.
-    const withoutRule = await finishingOrder(Number.POSITIVE_INFINITY)
-    expect(withoutRule.indexOf('long')).toBeLessThan(3)
-  })
 })
 
 describe('one member’s line is bounded', () => {
@@ -603,57 +572,6 @@ describe('the fair queue (functions/lib/admission.ts)', () => {
     await Promise.all(runs)
     expect(log).toEqual(['k1', 'k2', 'k3', 'm1'])
     expect(queue.stats()).toEqual({ running: 0, waiting: 0, lines: 0, strangers: 0 })
-  })
-
-  it('pipelines a call behind each running one while all of them are young, and none behind an older one', async () => {
-    let clock = 0
-    const queue = new FairQueue({ concurrency: 2, pipelined: 2, pipelineWhileYoungerThanMs: 10, perMember: 1, waitingPerMember: 10, maxWaitMs: 60_000 }, () => clock)
-    const log: string[] = []
-    const [a, b, c, d, e] = ['a', 'b', 'c', 'd', 'e'].map((name) => gated(log, name))
-    const runs = [queue.run('a', a!.call), queue.run('b', b!.call)]
-    await tick()
-    clock = 5
-    runs.push(queue.run('c', c!.call), queue.run('d', d!.call))
-    await tick()
-    // Two on the connections, two sent behind them: every running call began 5 ms ago at most.
-    expect(log).toEqual(['a', 'b', 'c', 'd'])
-    expect(queue.stats()).toMatchObject({ running: 4, waiting: 0 })
-    clock = 12
-    a!.open()
-    await tick()
-    await tick()
-    // A turn came free, but b has run 12 ms: e is not sent behind it (nor behind c and d, which
-    // wait behind a connection's statement), it waits for a connection of its own.
-    runs.push(queue.run('e', e!.call))
-    await tick()
-    expect(log).toEqual(['a', 'b', 'c', 'd'])
-    expect(queue.stats()).toMatchObject({ running: 3, waiting: 1 })
-    clock = 16
-    b!.open()
-    await tick()
-    await tick()
-    // c and d run on the two connections now, 11 ms old: still no call behind them.
-    expect(log).toEqual(['a', 'b', 'c', 'd'])
-    expect(queue.stats()).toMatchObject({ running: 2, waiting: 1 })
-    c!.open()
-    await tick()
-    await tick()
-    expect(log).toEqual(['a', 'b', 'c', 'd', 'e'])
-    for (const g of [d!, e!]) g.open()
-    await Promise.all(runs)
-    expect(queue.stats()).toEqual({ running: 0, waiting: 0, lines: 0, strangers: 0 })
-  })
-
-  it('pipelines nothing unless its limits say so (the edge function)', async () => {
-    const queue = new FairQueue(admissionLimitsFor(2))
-    const log: string[] = []
-    const calls = ['a', 'b', 'c'].map((name) => gated(log, name))
-    const runs = calls.map((g, n) => queue.run(`member ${n}`, g.call))
-    await tick()
-    expect(log).toEqual(['a', 'b'])
-    for (const g of calls) g.open()
-    await Promise.all(runs)
-    expect(admissionLimitsFor(4, { pipeline: true })).toMatchObject({ concurrency: 4, pipelined: 4 })
   })
 
   it('a caller that goes away leaves the line, and a failing call frees its turn', async () => {

@@ -5,9 +5,7 @@
 // first come, first served, so one member who sent 32 costly requests at once used to hold
 // every connection while everyone else waited behind them. Here:
 //   - at most `concurrency` calls run at once, all lines together (the pool's size), so no
-//     statement is pipelined behind another on a busy connection, except (npm start's direct
-//     connections: `pipelined`) one per connection while every running statement is young, so
-//     a backend has its next statement at hand instead of idling while Node sends it;
+//     statement is ever pipelined behind another on a busy connection;
 //   - at most `perMember` of them are one line's (a quarter of the pool, which is half the
 //     machine's cores: one statement is one process on one core), so the rest of the pool and
 //     of the CPU stays free for others;
@@ -31,20 +29,6 @@ import type { Credential } from './db.ts'
 export interface AdmissionLimits {
   /** Calls that may run at once, all lines together: the size of the pool they run on. */
   concurrency: number
-  /**
-   * Calls that may be sent beyond `concurrency`, each to a busy connection, where it waits behind
-   * the statement that connection runs (postgres.js pipelines one at most: max_pipeline 1), so
-   * the backend starts it the moment it finishes instead of idling while Node hands it the next
-   * one. 0 or absent: none (the edge function, whose pooler is not a direct connection).
-   */
-  pipelined?: number
-  /**
-   * A call is pipelined only while every running call began less than this many ms ago: behind a
-   * statement that has run longer (a costly read, a flood), it could wait for all of it while
-   * another connection frees up, so then calls wait here for a free connection as without
-   * pipelining.
-   */
-  pipelineWhileYoungerThanMs?: number
   /** Calls one line (a member) may have running at once. */
   perMember: number
   /** Calls one line may have waiting for a turn; one more is refused (429). */
@@ -59,22 +43,10 @@ export interface AdmissionLimits {
  * busy, and with half the pool one member's floods used every core of a 2-core machine, so
  * another member's reads shared the CPU with them (p99 up to 2.5× in the fairness bench); with a
  * core left over they did not notice the flood (docs/performance.md, "Fairness").
- *
- * `pipeline`: one more call per connection, sent behind the statement it runs while every running
- * call is under 10 ms old (AdmissionLimits.pipelined). For a pool of direct connections to
- * PostgreSQL (npm start); not for the edge function, whose pool goes through Supavisor.
  */
-/**
- * How young every running call must be for another to be pipelined: a statement of the API runs
- * 0.5-5 ms under load on 2 cores, and one that has run longer is likely a costly one.
- */
-const PIPELINE_WHILE_YOUNGER_THAN_MS = 10
-
-export function admissionLimitsFor(poolSize: number, options: { pipeline?: boolean } = {}): AdmissionLimits {
+export function admissionLimitsFor(poolSize: number): AdmissionLimits {
   return {
     concurrency: poolSize,
-    pipelined: options.pipeline ? poolSize : 0,
-    pipelineWhileYoungerThanMs: PIPELINE_WHILE_YOUNGER_THAN_MS,
     perMember: Math.max(1, Math.floor(poolSize / 4)),
     waitingPerMember: 32,
     maxWaitMs: 10_000,
@@ -114,8 +86,7 @@ export interface RunOptions {
 }
 
 interface Waiter {
-  /** Given the moment its call began. */
-  start: (startedAt: number) => void
+  start: () => void
 }
 
 interface Line {
@@ -138,13 +109,8 @@ export class FairQueue {
   private readonly rings: Record<LineClass, string[]> = { member: [], stranger: [] }
   /** Which class the next free connection is offered to first (the classes take turns too). */
   private preferred: LineClass = 'member'
-  /** When each running call began, oldest first (calls begin in time order; any may end first). */
-  private readonly startedAt: number[] = []
 
-  constructor(
-    readonly limits: AdmissionLimits,
-    private readonly now: () => number = () => performance.now(),
-  ) {}
+  constructor(readonly limits: AdmissionLimits) {}
 
   /** The most calls strangers may run at once, all together. */
   get strangerShare(): number {
@@ -160,13 +126,15 @@ export class FairQueue {
     // The fast path: a free connection, a free slot of the line's and of its class, nobody of
     // its class waiting (whenever the pool has room, every ring that could use it is empty:
     // dispatch() keeps it so).
-    const startedAt = this.hasRoom() && this.mayStart(line) && this.rings[line.class].length === 0
-      ? this.begin(line)
-      : await this.wait(line, options)
+    if (this.running < this.limits.concurrency && this.mayStart(line) && this.rings[line.class].length === 0) {
+      this.begin(line)
+    } else {
+      await this.wait(line, options)
+    }
     try {
       return await call()
     } finally {
-      this.end(line, startedAt)
+      this.end(line)
     }
   }
 
@@ -213,23 +181,13 @@ export class FairQueue {
     return line.running < line.cap && (line.class === 'member' || this.runningByClass.stranger < this.strangerShare)
   }
 
-  /** Whether one more call may go to the pool: a free connection, or a young pipeline (AdmissionLimits). */
-  private hasRoom(): boolean {
-    const { concurrency, pipelined = 0, pipelineWhileYoungerThanMs = 0 } = this.limits
-    if (this.running < concurrency) return true
-    return this.running < concurrency + pipelined && this.now() - this.startedAt[0]! < pipelineWhileYoungerThanMs
-  }
-
-  private begin(line: Line): number {
+  private begin(line: Line): void {
     this.running++
     this.runningByClass[line.class]++
     line.running++
-    const startedAt = this.now()
-    this.startedAt.push(startedAt)
-    return startedAt
   }
 
-  private wait(line: Line, options: RunOptions): Promise<number> {
+  private wait(line: Line, options: RunOptions): Promise<void> {
     const cap = options.waiting ?? this.limits.waitingPerMember
     if (line.waiting.length >= cap) {
       this.forgetIfIdle(line)
@@ -241,7 +199,7 @@ export class FairQueue {
       this.forgetIfIdle(line)
       return Promise.reject(new CallerGone())
     }
-    return new Promise<number>((resolve, reject) => {
+    return new Promise<void>((resolve, reject) => {
       const leave = (err: Error) => {
         const at = line.waiting.indexOf(waiter)
         if (at < 0) return
@@ -253,10 +211,10 @@ export class FairQueue {
       }
       const onAbort = () => leave(new CallerGone())
       const waiter: Waiter = {
-        start: (startedAt) => {
+        start: () => {
           clearTimeout(timer)
           signal?.removeEventListener('abort', onAbort)
-          resolve(startedAt)
+          resolve()
         },
       }
       const timer = setTimeout(() => leave(new AdmissionRefused(503,
@@ -268,9 +226,7 @@ export class FairQueue {
     })
   }
 
-  private end(line: Line, startedAt: number): void {
-    const at = this.startedAt.indexOf(startedAt)
-    if (at >= 0) this.startedAt.splice(at, 1)
+  private end(line: Line): void {
     this.running--
     this.runningByClass[line.class]--
     line.running--
@@ -294,7 +250,7 @@ export class FairQueue {
 
   /** Gives free connections to the lines in the rings, one call each per round. */
   private dispatch(): void {
-    while (this.hasRoom()) {
+    while (this.running < this.limits.concurrency) {
       const lineClass = this.nextClass()
       if (!lineClass) return
       this.preferred = lineClass === 'member' ? 'stranger' : 'member'
@@ -307,7 +263,8 @@ export class FairQueue {
         this.forgetIfIdle(line)
         continue
       }
-      waiter.start(this.begin(line))
+      this.begin(line)
+      waiter.start()
       // Back of the line: this line's next call comes after one of every other's.
       if (line.waiting.length > 0 && line.running < line.cap) this.enterRing(line)
     }

@@ -69,7 +69,7 @@ export interface WorldOptions {
   webUrl?: string
   /** The push transport and APNs configuration of POST /internal/push; unset: the route is off. */
   push?: { transport: PushTransport; apns: ApnsConfig | null }
-  /** The fair queue's limits (functions/lib/admission.ts); default: as npm start derives them from the pool (8 here), pipelining. */
+  /** The fair queue's limits (functions/lib/admission.ts); default: as production derives them from the pool (8 here). */
   admission?: AdmissionLimits
   /** How often the server sends its read counts to the database; default production's second. */
   reconcileEveryMs?: number
@@ -103,7 +103,7 @@ export async function startWorld(options: WorldOptions = {}) {
     webhookAllowPrivate, webhookSender, webhookDrain: { scheduleMs: [200, 400, 800], giveUpAfterMs: 60_000 },
     webUrl: options.webUrl, brotli: nodeBrotli, docsScript: nodeDocsScript, accessLog: (line: string) => accessLog.push(line),
     pushTransport: options.push?.transport, apns: options.push?.apns, pushDrain: { scheduleMs: [200], giveUpAfterMs: 60_000, jitter: 0 },
-    admission: new Admission(options.admission ?? admissionLimitsFor(8, { pipeline: true }), { reconcileEveryMs: options.reconcileEveryMs }),
+    admission: new Admission(options.admission ?? admissionLimitsFor(8), { reconcileEveryMs: options.reconcileEveryMs }),
   }
   let baseUrl: string
   /** Where Storage and Realtime answer (supabase-js's SUPABASE_URL): the server itself, or the edge gateway. */
@@ -177,7 +177,7 @@ export async function startWorld(options: WorldOptions = {}) {
   async function anotherServer(admission?: AdmissionLimits): Promise<{ baseUrl: string; sql: typeof sql; admission: Admission }> {
     if (stack) throw new Error('anotherServer: a second Node app beside the edge function is not this entry (TEST_ENTRY=edge)')
     const otherSql = createSql(url, { max: 8, statementTimeoutMs: options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS })
-    const otherAdmission = new Admission(admission ?? options.admission ?? admissionLimitsFor(8, { pipeline: true }), { reconcileEveryMs: options.reconcileEveryMs })
+    const otherAdmission = new Admission(admission ?? options.admission ?? admissionLimitsFor(8), { reconcileEveryMs: options.reconcileEveryMs })
     const other = createApp({ ...deps, sql: otherSql, admission: otherAdmission })
     const otherUrl = await new Promise<string>((resolve) => {
       others.push(serve({ fetch: closeAfterUnreadBody(other.fetch), hostname: '127.0.0.1', port: 0 }, (info) => resolve(`http://127.0.0.1:${info.port}`)))
