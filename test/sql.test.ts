@@ -129,17 +129,17 @@ describe('conventions, from the catalog', () => {
     // Each API request is one transaction, so such a function costs its planning on every request
     // (0.1-0.5 ms on a write: docs/performance.md, "Seventh round"). Inlined helpers have no SET
     // clause; the rest are PL/pgSQL, whose plans are kept for the session. These remain SQL: the
-    // workers' and the operator's batches, the timeline's filtered forms (a statement built per
-    // call anyway), and four one-row renderers no code calls.
+    // workers' and the operator's batches and the timeline's filtered forms (a statement built per
+    // call anyway). (Four one-row renderers no code called were dropped: migration 20261128005500.)
     const rows = await world.sql`
       select p.oid::regprocedure::text as fn from pg_proc p join pg_namespace n on n.oid = p.pronamespace
       join pg_language l on l.oid = p.prolang
       where n.nspname in ('app', 'api') and l.lanname = 'sql' and p.proconfig is not null`
     expect(rows.map((r) => r.fn).sort()).toEqual([
-      'app.attachment_json(app.uploads)', 'app.complete_export(uuid,uuid,text,bigint,timestamp with time zone)',
+      'app.complete_export(uuid,uuid,text,bigint,timestamp with time zone)',
       'app.disable_webhook_subscription(uuid,text)', 'app.export_file_started(uuid,uuid,text)', 'app.fail_export(uuid,uuid,text,integer,interval)',
-      'app.fan_out_pushes(integer)', 'app.forget_file_deletions(text[])', 'app.forget_idempotency_keys(integer)', 'app.image_set(text,text)',
-      'app.mentioned_project_json(app.projects)', 'app.mentioned_user_json(app.users)', 'app.park_export(uuid,uuid)', 'app.prune_notifications(interval,integer)', 'app.prune_push_deliveries(interval,integer)',
+      'app.fan_out_pushes(integer)', 'app.forget_file_deletions(text[])', 'app.forget_idempotency_keys(integer)',
+      'app.park_export(uuid,uuid)', 'app.prune_notifications(interval,integer)', 'app.prune_push_deliveries(interval,integer)',
       'app.prune_webhook_deliveries(interval,integer)', 'app.take_file_deletions(integer)',
       'app.timeline_sources(text,integer,boolean)', 'app.uninspected_uploads(integer)',
     ].sort())

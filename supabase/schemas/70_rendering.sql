@@ -135,18 +135,6 @@ comment on function app.image_urls(text, text, text) is
   'Inlined (no SET clause, no table access). app.image_urls_text under base_url, as jsonb: one definition of the image URLs for the renderings kept on write and the rest.';
 grant execute on function app.image_urls(text, text, text) to authenticated, service_role;
 
-create function app.image_set(folder text, key text)
-returns jsonb
-language sql
-stable
-set search_path = ''
-as $$
-  select app.image_urls(app.public_url(), folder, key)
-$$;
-comment on function app.image_set(text, text) is
-  'The small/medium/large URLs of an avatar, logo or header at this deployment''s public URL: app.image_urls, for callers that render one row.';
-grant execute on function app.image_set(text, text) to authenticated, service_role;
-
 create function app.initials(phrase text)
 returns text
 language sql
@@ -607,18 +595,6 @@ comment on function app.mentioned_user_json_body(app.users, text) is
   'Inlined (no SET clause, no table access). The slim MentionedUser shape (mentions, notification actors): the card kept on write cut to its first members (app.user_mention_text) under base_url.';
 grant execute on function app.mentioned_user_json_body(app.users, text) to authenticated, service_role;
 
-create function app.mentioned_user_json(u app.users)
-returns jsonb
-language sql
-stable
-set search_path = ''
-as $$
-  select app.mentioned_user_json_body(u, app.public_url())
-$$;
-comment on function app.mentioned_user_json(app.users) is
-  'The slim MentionedUser shape of one row (app.mentioned_user_json_body at this deployment''s public URL).';
-grant execute on function app.mentioned_user_json(app.users) to authenticated, service_role;
-
 create function app.users_seen_by(viewer_id uuid)
 returns table(id uuid, username text, body text)
 language sql
@@ -754,18 +730,6 @@ comment on function app.mentioned_project_json_body(app.projects, text) is
   'Inlined (no SET clause, no table access). The slim MentionedProject shape: the card kept on write cut to its first members (app.project_mention_text) under base_url.';
 grant execute on function app.mentioned_project_json_body(app.projects, text) to authenticated, service_role;
 
-create function app.mentioned_project_json(p app.projects)
-returns jsonb
-language sql
-stable
-set search_path = ''
-as $$
-  select app.mentioned_project_json_body(p, app.public_url())
-$$;
-comment on function app.mentioned_project_json(app.projects) is
-  'The slim MentionedProject shape of one row (app.mentioned_project_json_body at this deployment''s public URL).';
-grant execute on function app.mentioned_project_json(app.projects) to authenticated, service_role;
-
 create function app.page_envelope(data jsonb, has_more boolean, total_count bigint, last_id text)
 returns jsonb
 language sql
@@ -879,18 +843,6 @@ $$;
 comment on function app.reaction_json(app.reactions) is
   'A reaction as the API renders it, with its reactor as the current viewer sees them (app.reaction_text). PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.reaction_json(app.reactions) to authenticated;
-
-create function app.attachment_json(u app.uploads)
-returns jsonb
-language sql
-stable
-set search_path = ''
-as $$
-  select app.resolve_urls(u.card)::jsonb
-$$;
-comment on function app.attachment_json(app.uploads) is
-  'An attachment as the API renders it: the card kept on write (app.uploads.card), URLs in place.';
-grant execute on function app.attachment_json(app.uploads) to authenticated;
 
 create function app.todos_text(ids uuid[], expand_reactions boolean)
 returns text
