@@ -58,7 +58,8 @@ export interface Endpoint {
 }
 
 export const PAGE = 25
-const uuidOf = (publicId: string) => publicId.replace(/^[a-z]+_/, '').replace(/^(.{8})(.{4})(.{4})(.{4})(.{12})$/, '$1-$2-$3-$4-$5')
+/** The uuid of a public id (todo_…, user_…): its hex digits, grouped as a uuid is. */
+export const uuidOf = (publicId: string) => publicId.replace(/^[a-z]+_/, '').replace(/^(.{8})(.{4})(.{4})(.{4})(.{12})$/, '$1-$2-$3-$4-$5')
 
 /** Targets per connection for writes that cannot repeat; more than a run at ~3000/s needs. */
 export const WRITE_TARGETS_PER_CONNECTION = 1500

@@ -20,11 +20,9 @@ import { callApi, type Credential } from '../../functions/lib/db.ts'
 import { createSql } from '../../functions/lib/sql.ts'
 import { sha256Hex } from '../../functions/lib/tokens.ts'
 import { databaseUrl } from './databases.ts'
-import { PAGE, type Endpoint } from './endpoints.ts'
+import { PAGE, type Endpoint, uuidOf } from './endpoints.ts'
 import type { Progress } from './progress.ts'
 import { RECOUNT_TODO_TOTALS, SEED_FORMAT, type Fixture } from './seed-data.ts'
-
-const uuidOf = (publicId: string) => publicId.replace(/^[a-z]+_/, '').replace(/^(.{8})(.{4})(.{4})(.{4})(.{12})$/, '$1-$2-$3-$4-$5')
 
 /** Todos of the small data set, at every large size: the "10k" of "p50 at 1M (10M) against 10k". */
 export const SMALL_TODOS = 10_000
