@@ -17,6 +17,7 @@ import { performance } from 'node:perf_hooks'
 import { parseArgs } from 'node:util'
 import postgres from 'postgres'
 import { callApi, type CallContext } from '../../functions/lib/db.ts'
+import { writerIds } from './endpoints.ts'
 import type { Fixture } from './seed-data.ts'
 
 const { values } = parseArgs({ options: {
@@ -43,8 +44,7 @@ const reader = context(fixture.reader, 'read')
 // Public todos of members who are not writers, one per call: liked, commented, unliked.
 const targets = (await sql<{ id: string }[]>`
   select 'todo_' || replace(t.id::text, '-', '') as id from app.todos t
-  where t.author_privacy = 'public'
-    and t.user_id <> all(array(select app.from_public_id('user', w) from unnest(${fixture.writers.map((w) => w.id)}::text[]) w))
+  where t.author_privacy = 'public' and t.user_id <> all(${writerIds(fixture)}::uuid[])
   order by t.created_at desc limit ${blocks * calls}`).map((t) => t.id)
 
 const connection = await sql.reserve()
