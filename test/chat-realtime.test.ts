@@ -43,6 +43,13 @@ async function revokeAndAwaitSweep(token: string) {
   expect(await closed).toBe('The access token was revoked')
 }
 
+/** Alice's message to the conversation, as the API answered it (201: a refusal would only show as a wait that times out). */
+async function send(body: string) {
+  const sent = await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body } })
+  expect(sent.status, JSON.stringify(sent.body)).toBe(201)
+  return sent.body
+}
+
 let alice: { id: string; username: string; token: string }
 let bob: { id: string; username: string; token: string }
 let carol: { id: string; username: string; token: string }
@@ -84,7 +91,7 @@ describe.each(['1.0.0', '2.0.0'] as const)('supabase-js, vsn %s', (vsn) => {
     const aliceListens = await listen(vsn, alice.token, `conversation:${conversationId}`)
     const bobInbox = await listen(vsn, bob.token, `user:${bob.id}`)
     expect([aliceListens.status, bobInbox.status]).toEqual(['SUBSCRIBED', 'SUBSCRIBED'])
-    const message = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'react please' } })).body
+    const message = await send('react please')
     expect(await bobInbox.waitFor('inbox.updated', (p) => p.message_id === message.id)).toMatchObject({ conversation_id: conversationId, unread_count: 1 })
     await world.post(`/v1/messages/${message.id}/reactions`, { auth: bob.token, json: { content: '🔥' } })
     expect(await aliceListens.waitFor('reaction.created', (p) => p.message_id === message.id)).toMatchObject({ content: '🔥', user: { username: 'bob' } })
@@ -134,7 +141,7 @@ describe('forged events (issue 11, item 4)', () => {
     }
     await new Promise((r) => setTimeout(r, 200))
     // A real message sent after the forgeries: once it has arrived, anything sent before would have.
-    const real = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'the real one' } })).body
+    const real = await send('the real one')
     await bobListens.waitFor('message.created', (m) => m.id === real.id)
     await bobInbox.waitFor('inbox.updated', (p) => p.message_id === real.id)
     expect(bobListens.events.filter((e) => e.payload?.id === 'message_forged')).toEqual([])
@@ -159,7 +166,7 @@ describe('forged events (issue 11, item 4)', () => {
     const typing = `conversation:${conversationId}:typing`
     const bobTyping = await listen('2.0.0', bob.token, typing)
     const bobMessages = await listen('2.0.0', bob.token, `conversation:${conversationId}`)
-    const real = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'not on typing' } })).body
+    const real = await send('not on typing')
     await bobMessages.waitFor('message.created', (m) => m.id === real.id)
     await new Promise((r) => setTimeout(r, 100))
     expect(bobTyping.events).toEqual([])
@@ -181,7 +188,7 @@ describe('tokens and robustness', () => {
     // The old token revoked: had setAuth been ignored, the channel would run on it and close at
     // the next revocation sweep. The sweep is seen on another channel of a token revoked after it.
     await revokeAndAwaitSweep(old)
-    const sent = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'after refresh' } })).body
+    const sent = await send('after refresh')
     expect((await bobListens.waitFor('message.created', (m) => m.id === sent.id)).body).toBe('after refresh')
     expect(bobListens.channel.state).toBe('joined')
   })
@@ -202,7 +209,7 @@ describe('tokens and robustness', () => {
     // Closed by the gateway's next revocation sweep (every second here, 5 s in npm start); how soon is
     // the sweep's interval, not a clock read here (issue 31: 10 s on a loaded machine proved nothing).
     expect(await Promise.all(closings)).toEqual(['The access token was revoked', 'The access token was revoked'])
-    const after = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'after revocation' } })).body
+    const after = await send('after revocation')
     await keeps.waitFor('message.created', (m) => m.id === after.id)
     expect(revokedListens.events.filter((e) => e.payload?.id === after.id)).toEqual([])
     expect(revokedInbox.events.filter((e) => e.payload?.message_id === after.id)).toEqual([])
@@ -218,7 +225,7 @@ describe('tokens and robustness', () => {
     await until(() => world.realtime.stats().tokensRefreshed > refreshed, 'the gateway moved the channel to the new token')
     // A sweep after the revocation has run (a fixed 10.5 s wait before issue 31).
     await revokeAndAwaitSweep(first)
-    const sent = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'still here' } })).body
+    const sent = await send('still here')
     await listens.waitFor('message.created', (m) => m.id === sent.id)
     expect(listens.channel.state).toBe('joined')
   })
@@ -233,9 +240,9 @@ describe('tokens and robustness', () => {
     expect(joined).toMatchObject({ event: 'phx_reply', payload: { status: 'ok' } })
     const stayer = await listen('1.0.0', bob.token, topic)
     const connections = world.realtime.stats().connections
-    const first = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'one' } })).body
+    const first = await send('one')
     vanishing.terminate()
-    const second = (await world.post(`/v1/conversations/${conversationId}/messages`, { auth: alice.token, json: { body: 'two' } })).body
+    const second = await send('two')
     expect((await stayer.waitFor('message.created', (m) => m.id === first.id)).body).toBe('one')
     expect((await stayer.waitFor('message.created', (m) => m.id === second.id)).body).toBe('two')
     // The gateway let the vanished socket go (issue 31: this test asserted nothing before).

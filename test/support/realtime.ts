@@ -42,7 +42,10 @@ export async function listen(baseUrl: string, clients: SupabaseClient[], token: 
       const seen = events.find((e) => e.event === event && match(e.payload))
       if (seen) return Promise.resolve(seen.payload)
       return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`no ${event} on ${topic} within ${timeoutMs} ms`)), timeoutMs)
+        // What the client knew at the time, so that a rare failure says where the message was lost.
+        const timer = setTimeout(() => reject(new Error(`no ${event} on ${topic} within ${timeoutMs} ms ` +
+          `(channel ${channel.state}, socket ${client.realtime.connectionState()}, ${events.length} events received: ` +
+          `${events.map((e) => e.event).join(', ') || 'none'})`)), timeoutMs)
         waiters.push({ event, match, resolve: (p) => { clearTimeout(timer); resolve(p) } })
       })
     },
