@@ -1012,7 +1012,7 @@ as $$
     conditions, per_source, case when with_words then ', t.search' else '' end)
 $$;
 comment on function app.timeline_sources(text, integer, boolean) is
-  'The SQL of a timeline''s sources for app.todo_page: the viewer''s, each followed member''s and each followed project''s own newest todos meeting `conditions` (at most per_source each, by the (user_id | project_id, created_at) indexes), as (id, created_at) rows, to be merged newest first; with_words adds each todo''s search column, read from its row by the same index scan (a full-text filter applied outside the sources, whose LIMIT keeps the planner from answering it with the words'' GIN index once per source). Why a merge: walking everyone''s todos until enough are the followed ones'' costs what the members the viewer does not follow write (40x from 10k to 100k members, issue 26); this costs what the followed sources hold. A project''s source leaves out the todos of the viewer and of followed members (theirs are in their own sources), so the sources are disjoint: union all, which a count up to a cap can stop reading early. Parameters as todo_page binds them ($7 the viewer). The timeline without filters, the most asked, is this merge written out as a static statement in app.todo_page (planned once per session): a change here is made there too.';
+  'The SQL of a timeline''s sources for app.todo_page: the viewer''s, each followed member''s and each followed project''s own newest todos meeting `conditions` (at most per_source each, by the (user_id | project_id, created_at) indexes), as (id, created_at) rows, to be merged newest first; with_words adds each todo''s search column, read from its row by the same index scan (a full-text filter applied outside the sources, whose LIMIT keeps the planner from answering it with the words'' GIN index once per source). Why a merge: walking everyone''s todos until enough are the followed ones'' costs what the members the viewer does not follow write (40x from 10k to 100k members, issue 26); this costs what the followed sources hold. A project''s source leaves out the todos of the viewer and of followed members (theirs are in their own sources), so the sources are disjoint: union all, which a count up to a cap can stop reading early. Parameters as todo_page binds them ($7 the viewer). The timeline without a full-text query, the most asked, is this merge written out as a static statement in app.todo_page (planned once per session, since and until as bounds): a change here is made there too.';
 grant execute on function app.timeline_sources(text, integer, boolean) to authenticated;
 
 create function app.todo_page(scope text, scope_id uuid, filters jsonb, page_limit integer, starting_after text, expand_reactions boolean, match_cap integer default null::integer)
@@ -1038,6 +1038,12 @@ declare
   since_at timestamptz := app.filter_moment(filters -> 'since', zone);
   until_at timestamptz := app.filter_moment(filters -> 'until', zone);
   until_exclusive boolean := coalesce((filters -> 'until' ->> 'exclusive')::boolean, false);
+  -- The range [lo, hi), open ends at infinity (created_at has microseconds: until inclusive is
+  -- before until + 1 microsecond).
+  lo timestamptz := coalesce(since_at, '-infinity');
+  hi timestamptz := case when until_at is null then 'infinity'
+                         when until_exclusive then until_at
+                         else until_at + interval '1 microsecond' end;
   matching tsquery := app.todo_search_query(filters ->> 'query');
   anchor app.todos;
   conditions text[] := array['true'];
@@ -1168,12 +1174,19 @@ begin
           (first_at - after_at) / read_count * 2 * (page_limit + 1 - cardinality(page)) * (read_count + 1) / (cardinality(page) + 1));
         window_start := case when span < after_at - timestamptz '1970-01-01 00:00:00+00' then after_at - span end;
       end loop;
-    elsif scope = 'timeline' and since_at is null and until_at is null then
-      -- The timeline without filters, the most asked: app.timeline_sources' merge written out
-      -- as a static statement, planned once per session (as EXECUTE it was planned on every
-      -- call: 0.4 ms of a 2.5 ms page, issue 27). The same sources, conditions and limits.
+    elsif scope = 'timeline' then
+      -- The timeline without a full-text query: app.timeline_sources' merge written out as a
+      -- static statement, planned once per session (as EXECUTE it was planned on every call: 0.4
+      -- ms of a 2.5 ms page, issue 27). The same sources, conditions and limits; since and until
+      -- are bounds of the sources' index scans, open (infinity) when not asked.
       after_at := coalesce(anchor.created_at, 'infinity');
       after_id := coalesce(anchor.id, 'ffffffff-ffff-ffff-ffff-ffffffffffff');
+      -- until folded into the cursor's bound: one upper bound is where a backward index scan
+      -- starts; two (a row and a scalar) made it start at the newest and filter (15 ms a page).
+      if until_at is not null and (hi, '00000000-0000-0000-0000-000000000000'::uuid) < (after_at, after_id) then
+        after_at := hi;
+        after_id := '00000000-0000-0000-0000-000000000000';
+      end if;
       page := array(
         select s.id from (
           select t.id, t.created_at
@@ -1183,6 +1196,7 @@ begin
             where t.user_id = m.member_id
               and not exists (select 1 from app.mutes mu where mu.user_id = viewer_id and mu.muted_user_id = t.user_id)
               and (t.created_at, t.id) < (after_at, after_id)
+              and t.created_at >= lo
             order by t.created_at desc, t.id desc limit page_limit + 1) t
           union all
           select t.id, t.created_at
@@ -1192,40 +1206,44 @@ begin
             where t.project_id = pf.project_id
               and not exists (select 1 from app.mutes mu where mu.user_id = viewer_id and mu.muted_user_id = t.user_id)
               and (t.created_at, t.id) < (after_at, after_id)
+              and t.created_at >= lo
               and t.user_id <> viewer_id
               and t.user_id not in (select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
             order by t.created_at desc, t.id desc limit page_limit + 1) t
           where pf.user_id = viewer_id) s
         order by s.created_at desc, s.id desc limit page_limit + 1);
-    elsif scope = 'timeline' then
-      -- A merge of the sources' own newest todos (app.timeline_sources), never a walk over
-      -- everyone's todos until enough are the followed ones'.
-      execute format('select array(select s.id from (%s) s order by s.created_at desc, s.id desc limit %s)',
-                     app.timeline_sources(page_conditions, page_limit + 1), page_limit + 1)
-        into page using scope_id, since_at, until_at, matching, anchor.created_at, anchor.id, viewer_id;
-    elsif since_at is null and until_at is null and matching is null then
-      -- The lists without filters, the most asked: static statements, planned once per session
-      -- (a dynamic one is planned on every call: 0.16 ms of a 1.6 ms page of all todos, issue
-      -- 27). Without a cursor the bound lies past every todo, so one statement serves every page;
-      -- a generic plan never asks the index for its newest entry either (issue 26's 3.5 ms of
-      -- planning after a burst of deletions).
+    elsif matching is null then
+      -- The lists without a full-text query, the most asked: static statements, planned once
+      -- per session (a dynamic one is planned on every call: 0.16 ms of a 1.6 ms page of all
+      -- todos, issue 27). Without a cursor the bound lies past every todo, so one statement
+      -- serves every page; since and until are bounds of the same index scan, open (infinity)
+      -- when not asked; a generic plan never asks the index for its newest entry either (issue
+      -- 26's 3.5 ms of planning after a burst of deletions).
       after_at := coalesce(anchor.created_at, 'infinity');
       after_id := coalesce(anchor.id, 'ffffffff-ffff-ffff-ffff-ffffffffffff');
+      -- until folded into the cursor's bound, as in the timeline's statement above.
+      if until_at is not null and (hi, '00000000-0000-0000-0000-000000000000'::uuid) < (after_at, after_id) then
+        after_at := hi;
+        after_id := '00000000-0000-0000-0000-000000000000';
+      end if;
       if scope = 'all' then
         page := array(
           select t.id from app.todos t
           where not exists (select 1 from app.mutes m where m.user_id = viewer_id and m.muted_user_id = t.user_id)
             and (t.created_at, t.id) < (after_at, after_id)
+            and t.created_at >= lo
           order by t.created_at desc, t.id desc limit page_limit + 1);
       elsif scope = 'user' then
         page := array(
           select t.id from app.todos t
           where t.user_id = scope_id and (t.created_at, t.id) < (after_at, after_id)
+            and t.created_at >= lo
           order by t.created_at desc, t.id desc limit page_limit + 1);
       elsif scope = 'project' then
         page := array(
           select t.id from app.todos t
           where t.project_id = scope_id and (t.created_at, t.id) < (after_at, after_id)
+            and t.created_at >= lo
           order by t.created_at desc, t.id desc limit page_limit + 1);
       else
         raise exception 'app.todo_page: unknown scope %', scope;
@@ -1243,7 +1261,11 @@ begin
                        app.timeline_sources(list_conditions, query_count_cap), query_count_cap)
           into total using scope_id, since_at, until_at, matching, anchor.created_at, anchor.id, viewer_id;
       else
-        execute format('select count(*) from (select 1 from app.todos t where %s limit %s) c',
+        -- The newest matches, in the page's order: without it the planner may count them with a
+        -- scan of the table that stops at the cap, which reads every older todo first when the
+        -- table lies in the order todos were written (production's: the bench's data set is
+        -- shuffled, where it read 8,000 rows for `since=30 days&query=t`, 2.3 ms).
+        execute format('select count(*) from (select 1 from app.todos t where %s order by t.created_at desc, t.id desc limit %s) c',
                        list_conditions, query_count_cap)
           into total using scope_id, since_at, until_at, matching, anchor.created_at, anchor.id, viewer_id;
       end if;
@@ -1261,17 +1283,9 @@ begin
     elsif scope = 'all' then
       -- A date range over everyone's todos: sealed hours summed, the rest per member
       -- (app.visible_todos_between): exact, without counting every todo in the range.
-      total := app.visible_todos_between(
-        since_at,
-        case when until_at is null then null
-             when until_exclusive then until_at
-             else until_at + interval '1 microsecond' end);
+      total := app.visible_todos_between(lo, hi);
     elsif scope = 'timeline' then
-      total := app.timeline_todos_between(
-        since_at,
-        case when until_at is null then null
-             when until_exclusive then until_at
-             else until_at + interval '1 microsecond' end);
+      total := app.timeline_todos_between(lo, hi);
     else
       -- A member's or a project's todos: counted, bounded by that member's or project's own.
       execute format('select count(*) from app.todos t where %s', list_conditions)
