@@ -96,7 +96,7 @@ async function seal() {
 }
 
 /** Every list of every member in `viewers`, with every filter, against the tables; `limit` a page. */
-async function checkEveryList(viewers: string[], { limit = 100, only = (_: Filter) => true } = {}) {
+async function checkEveryList(viewers: string[], { limit = 100, only = (_: Filter): boolean => true } = {}) {
   for (const name of viewers) {
     const viewer = members[name]!
     const lists: [string, 'all' | 'timeline' | 'user' | 'project', string | null][] = [
