@@ -141,7 +141,7 @@ describe('conventions, from the catalog', () => {
       'app.fan_out_pushes(integer)', 'app.forget_file_deletions(text[])', 'app.forget_idempotency_keys(integer)',
       'app.park_export(uuid,uuid)', 'app.prune_notifications(interval,integer)', 'app.prune_push_deliveries(interval,integer)',
       'app.prune_webhook_deliveries(interval,integer)', 'app.take_file_deletions(integer)',
-      'app.timeline_sources(text,integer,boolean)', 'app.uninspected_uploads(integer)',
+      'app.uninspected_uploads(integer)',
     ].sort())
   })
 

@@ -989,32 +989,6 @@ comment on function app.todo_json(app.todos, boolean) is
   'A todo as the API renders it for the current viewer: app.todos_json of its id (null when the viewer may not see it). Called after the statement that wrote it, so it renders the stored row. PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and its statement was parsed and planned again in every transaction that called it (issue 27); PL/pgSQL keeps the plan for the session.';
 grant execute on function app.todo_json(app.todos, boolean) to authenticated;
 
-create function app.timeline_sources(conditions text, per_source integer, with_words boolean default false)
-returns text
-language sql
-immutable
-set search_path = ''
-as $$
-  select format(
-    'select t.id, t.created_at%3$s
-       from (select $7 as member_id union select f.followee_id from app.user_follows f where f.follower_id = $7) m
-       cross join lateral (select t.id, t.created_at%3$s from app.todos t where t.user_id = m.member_id and %1$s
-                           order by t.created_at desc, t.id desc limit %2$s) t
-     union all
-     select t.id, t.created_at%3$s
-       from app.project_follows pf
-       cross join lateral (select t.id, t.created_at%3$s from app.todos t
-                            where t.project_id = pf.project_id and %1$s
-                              and t.user_id <> $7
-                              and t.user_id not in (select f.followee_id from app.user_follows f where f.follower_id = $7)
-                            order by t.created_at desc, t.id desc limit %2$s) t
-      where pf.user_id = $7',
-    conditions, per_source, case when with_words then ', t.search' else '' end)
-$$;
-comment on function app.timeline_sources(text, integer, boolean) is
-  'The SQL of a timeline''s sources for app.todo_page: the viewer''s, each followed member''s and each followed project''s own newest todos meeting `conditions` (at most per_source each, by the (user_id | project_id, created_at) indexes), as (id, created_at) rows, to be merged newest first; with_words adds each todo''s search column, read from its row by the same index scan (a full-text filter applied outside the sources, whose LIMIT keeps the planner from answering it with the words'' GIN index once per source). Why a merge: walking everyone''s todos until enough are the followed ones'' costs what the members the viewer does not follow write (40x from 10k to 100k members, issue 26); this costs what the followed sources hold. A project''s source leaves out the todos of the viewer and of followed members (theirs are in their own sources), so the sources are disjoint: union all, which a count up to a cap can stop reading early. Parameters as todo_page binds them ($7 the viewer). The timeline without a full-text query, the most asked, is this merge written out as a static statement in app.todo_page (planned once per session, since and until as bounds): a change here is made there too.';
-grant execute on function app.timeline_sources(text, integer, boolean) to authenticated;
-
 create function app.todo_page(scope text, scope_id uuid, filters jsonb, page_limit integer, starting_after text, expand_reactions boolean, match_cap integer default null::integer)
 returns text
 language plpgsql
@@ -1051,9 +1025,8 @@ declare
   list_conditions text;
   candidates uuid[];
   page uuid[];
-  -- The timeline with a full-text query (see below): conditions without the words, the
-  -- cursor of the reads, the window of time of the next one, candidates read so far.
-  index_conditions text;
+  -- The timeline (see below), and the static lists: the cursor of the reads, the window of time
+  -- of the next one, candidates read so far.
   after_at timestamptz;
   after_id uuid;
   first_at timestamptz;
@@ -1083,7 +1056,6 @@ begin
   if until_at is not null then
     conditions := conditions || (case when until_exclusive then 't.created_at < $3' else 't.created_at <= $3' end);
   end if;
-  index_conditions := array_to_string(conditions, ' and ');
   if matching is not null then conditions := conditions || 't.search @@ $4'::text; end if;
 
   page_conditions := array_to_string(conditions || case when anchor.id is not null then '(t.created_at, t.id) < ($5, $6)' end, ' and ');
@@ -1104,14 +1076,22 @@ begin
     end if;
     page := candidates[1:page_limit + 1];
   else
-    if scope = 'timeline' and matching is not null then
-      -- Full text on the timeline: a todo's words are not in the sources' indexes, so a merge
-      -- of sources that each read their own todos until a page matches reads every followed
-      -- todo when the words are common or negated (the planner cannot know how many match:
-      -- 18,000 rows for one page at 1M, issue 26). Instead, the todos read are bounded by time,
-      -- newest first, until a page and one match:
-      --   - first the sources' newest page and one, found by index alone (merged as the
-      --     unfiltered timeline is), then their words read by id;
+    if scope = 'timeline' then
+      -- The timeline: a merge of the sources' own newest todos (the viewer's, each followed
+      -- member's, each followed project's), never a walk over everyone's todos until enough are
+      -- the followed ones' (issue 26). Static statements, planned once per session (each
+      -- EXECUTE of the merge was planned again: 0.4 ms a plan, issue 27). since is a lower bound
+      -- of the sources' index scans; until is folded into the cursor's bound: one upper bound
+      -- is where a backward index scan starts (with two, a row and a scalar, it started at the
+      -- newest and filtered).
+      --
+      -- With a full-text query: a todo's words are not in the sources' indexes, so a merge of
+      -- sources that each read their own todos until a page matches reads every followed todo
+      -- when the words are common or negated (the planner cannot know how many match: 18,000
+      -- rows for one page at 1M, issue 26). Instead, the todos read are bounded by time, newest
+      -- first, until a page and one match:
+      --   - first the sources' newest page and one, found by index alone (the merge without a
+      --     query is this read alone), then their words read by id;
       --   - then windows of time read whole from every source (index range scans that read each
       --     todo's words from its row, no limit per source: they read only the todos in the
       --     window), each as long as the todos read so far say holds twice the matches still
@@ -1120,22 +1100,45 @@ begin
       -- So a page reads about twice a page / the share of todos that match, whatever the
       -- sources hold, in a few statements; a rare word reads what the followed sources hold.
       page := '{}';
-      after_at := anchor.created_at;
-      after_id := anchor.id;
+      after_at := coalesce(anchor.created_at, 'infinity');
+      after_id := coalesce(anchor.id, 'ffffffff-ffff-ffff-ffff-ffffffffffff');
+      if until_at is not null and (hi, '00000000-0000-0000-0000-000000000000'::uuid) < (after_at, after_id) then
+        after_at := hi;
+        after_id := '00000000-0000-0000-0000-000000000000';
+      end if;
       loop
         if span is null then
-          -- The cursor and the window's start are in (select $n): the planner does not see their
-          -- values. A value in the newest histogram bin (every window's is) makes it look up the
-          -- actual newest created_at in the index (get_actual_variable_range), and after a burst
-          -- of deletions of new todos that walks every dead entry at the index's end: 10,700
-          -- pages, 3.5 ms of planning per statement at 10M (issue 26). Hidden, the per-source
-          -- index range scans are the same plan, planned in 0.4 ms.
-          execute format('select array(select s.id from (%s) s order by s.created_at desc, s.id desc limit %s)',
-                         app.timeline_sources(
-                           index_conditions || case when after_id is not null then ' and (t.created_at, t.id) < ((select $5), (select $6))' else '' end,
-                           page_limit + 1),
-                         page_limit + 1)
-            into candidates using scope_id, since_at, until_at, matching, after_at, after_id, viewer_id, window_start;
+          candidates := array(
+            select s.id from (
+              select t.id, t.created_at
+              from (select viewer_id as member_id union select f.followee_id from app.user_follows f where f.follower_id = viewer_id) m
+              cross join lateral (
+                select t.id, t.created_at from app.todos t
+                where t.user_id = m.member_id
+                  and not exists (select 1 from app.mutes mu where mu.user_id = viewer_id and mu.muted_user_id = t.user_id)
+                  and (t.created_at, t.id) < (after_at, after_id)
+                  and t.created_at >= lo
+                order by t.created_at desc, t.id desc limit page_limit + 1) t
+              union all
+              select t.id, t.created_at
+              from app.project_follows pf
+              cross join lateral (
+                select t.id, t.created_at from app.todos t
+                where t.project_id = pf.project_id
+                  and not exists (select 1 from app.mutes mu where mu.user_id = viewer_id and mu.muted_user_id = t.user_id)
+                  and (t.created_at, t.id) < (after_at, after_id)
+                  and t.created_at >= lo
+                  -- The viewer's and followed members' todos are in their own sources: the
+                  -- sources are disjoint (union all; a count up to a cap can stop early).
+                  and t.user_id <> viewer_id
+                  and t.user_id not in (select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
+                order by t.created_at desc, t.id desc limit page_limit + 1) t
+              where pf.user_id = viewer_id) s
+            order by s.created_at desc, s.id desc limit page_limit + 1);
+          if matching is null then
+            page := candidates;
+            exit;
+          end if;
           page := page || array(
             select t.id from app.todos t
             where t.id = any (candidates) and t.search @@ matching
@@ -1146,12 +1149,31 @@ begin
           -- A window is read whole, so its todos' words are read by the sources' own index
           -- scans (one heap row each), not looked up again by id (a primary-key descent each:
           -- three times the pages at 10M, issue 26); how many it read sizes the next window.
-          execute format('select coalesce(array_agg(s.id order by s.created_at desc, s.id desc) filter (where s.search @@ $4), ''{}''), count(*)::integer from (%s) s',
-                         app.timeline_sources(
-                           index_conditions || ' and (t.created_at, t.id) < ((select $5), (select $6))'
-                             || case when window_start is not null then ' and t.created_at >= (select $8)' else '' end,
-                           2147483647, true))
-            into candidates, read_now using scope_id, since_at, until_at, matching, after_at, after_id, viewer_id, window_start;
+          -- The words are matched outside the sources: inside, a source's scan could be
+          -- answered with the words' GIN index, once per source.
+          select coalesce(array_agg(s.id order by s.created_at desc, s.id desc) filter (where s.search @@ matching), '{}'), count(*)::integer
+            into candidates, read_now
+            from (
+              select t.id, t.created_at, t.search
+              from (select viewer_id as member_id union select f.followee_id from app.user_follows f where f.follower_id = viewer_id) m
+              cross join lateral (
+                select t.id, t.created_at, t.search from app.todos t
+                where t.user_id = m.member_id
+                  and not exists (select 1 from app.mutes mu where mu.user_id = viewer_id and mu.muted_user_id = t.user_id)
+                  and (t.created_at, t.id) < (after_at, after_id)
+                  and t.created_at >= greatest(lo, window_start)) t
+              union all
+              select t.id, t.created_at, t.search
+              from app.project_follows pf
+              cross join lateral (
+                select t.id, t.created_at, t.search from app.todos t
+                where t.project_id = pf.project_id
+                  and not exists (select 1 from app.mutes mu where mu.user_id = viewer_id and mu.muted_user_id = t.user_id)
+                  and (t.created_at, t.id) < (after_at, after_id)
+                  and t.created_at >= greatest(lo, window_start)
+                  and t.user_id <> viewer_id
+                  and t.user_id not in (select f.followee_id from app.user_follows f where f.follower_id = viewer_id)) t
+              where pf.user_id = viewer_id) s;
           page := page || candidates[1:page_limit + 1 - cardinality(page)];
         end if;
         -- Done: a page and one, the first read found fewer than it asked, or the last read.
@@ -1174,44 +1196,6 @@ begin
           (first_at - after_at) / read_count * 2 * (page_limit + 1 - cardinality(page)) * (read_count + 1) / (cardinality(page) + 1));
         window_start := case when span < after_at - timestamptz '1970-01-01 00:00:00+00' then after_at - span end;
       end loop;
-    elsif scope = 'timeline' then
-      -- The timeline without a full-text query: app.timeline_sources' merge written out as a
-      -- static statement, planned once per session (as EXECUTE it was planned on every call: 0.4
-      -- ms of a 2.5 ms page, issue 27). The same sources, conditions and limits; since and until
-      -- are bounds of the sources' index scans, open (infinity) when not asked.
-      after_at := coalesce(anchor.created_at, 'infinity');
-      after_id := coalesce(anchor.id, 'ffffffff-ffff-ffff-ffff-ffffffffffff');
-      -- until folded into the cursor's bound: one upper bound is where a backward index scan
-      -- starts; two (a row and a scalar) made it start at the newest and filter (15 ms a page).
-      if until_at is not null and (hi, '00000000-0000-0000-0000-000000000000'::uuid) < (after_at, after_id) then
-        after_at := hi;
-        after_id := '00000000-0000-0000-0000-000000000000';
-      end if;
-      page := array(
-        select s.id from (
-          select t.id, t.created_at
-          from (select viewer_id as member_id union select f.followee_id from app.user_follows f where f.follower_id = viewer_id) m
-          cross join lateral (
-            select t.id, t.created_at from app.todos t
-            where t.user_id = m.member_id
-              and not exists (select 1 from app.mutes mu where mu.user_id = viewer_id and mu.muted_user_id = t.user_id)
-              and (t.created_at, t.id) < (after_at, after_id)
-              and t.created_at >= lo
-            order by t.created_at desc, t.id desc limit page_limit + 1) t
-          union all
-          select t.id, t.created_at
-          from app.project_follows pf
-          cross join lateral (
-            select t.id, t.created_at from app.todos t
-            where t.project_id = pf.project_id
-              and not exists (select 1 from app.mutes mu where mu.user_id = viewer_id and mu.muted_user_id = t.user_id)
-              and (t.created_at, t.id) < (after_at, after_id)
-              and t.created_at >= lo
-              and t.user_id <> viewer_id
-              and t.user_id not in (select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
-            order by t.created_at desc, t.id desc limit page_limit + 1) t
-          where pf.user_id = viewer_id) s
-        order by s.created_at desc, s.id desc limit page_limit + 1);
     elsif matching is null then
       -- The lists without a full-text query, the most asked: static statements, planned once
       -- per session (a dynamic one is planned on every call: 0.16 ms of a 1.6 ms page of all
@@ -1257,9 +1241,32 @@ begin
     if matching is not null then
       -- Full text: matches counted up to the cap (see query_count_cap), the whole list's (no cursor).
       if scope = 'timeline' then
-        execute format('select count(*) from (select 1 from (%s) s limit %s) c',
-                       app.timeline_sources(list_conditions, query_count_cap), query_count_cap)
-          into total using scope_id, since_at, until_at, matching, anchor.created_at, anchor.id, viewer_id;
+        -- The sources' newest matches, up to the cap each, counted up to the cap: a static
+        -- statement, the merge's sources with the words matched inside each (at most the cap read
+        -- from each source that has that many).
+        total := (select count(*) from (select 1 from (
+            select t.id
+            from (select viewer_id as member_id union select f.followee_id from app.user_follows f where f.follower_id = viewer_id) m
+            cross join lateral (
+              select t.id from app.todos t
+              where t.user_id = m.member_id
+                and not exists (select 1 from app.mutes mu where mu.user_id = viewer_id and mu.muted_user_id = t.user_id)
+                and t.created_at >= lo and t.created_at < hi
+                and t.search @@ matching
+              order by t.created_at desc, t.id desc limit query_count_cap) t
+            union all
+            select t.id
+            from app.project_follows pf
+            cross join lateral (
+              select t.id from app.todos t
+              where t.project_id = pf.project_id
+                and not exists (select 1 from app.mutes mu where mu.user_id = viewer_id and mu.muted_user_id = t.user_id)
+                and t.created_at >= lo and t.created_at < hi
+                and t.search @@ matching
+                and t.user_id <> viewer_id
+                and t.user_id not in (select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
+              order by t.created_at desc, t.id desc limit query_count_cap) t
+            where pf.user_id = viewer_id) s limit query_count_cap) c);
       else
         -- The newest matches, in the page's order: without it the planner may count them with a
         -- scan of the table that stops at the cap, which reads every older todo first when the
@@ -1303,7 +1310,7 @@ begin
 end;
 $$;
 comment on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) is
-  'One page of todos visible to the viewer, newest first, as JSON text with URL markers concatenated from app.todos_text (issue 27: never parsed into jsonb and printed again, nor checked by a cast to json; the HTTP layer puts the request''s URLs in place of the markers, functions/lib/db.ts, so the database spends nothing on the 30-70 KB of a page once it is concatenated): scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects'': a merge of each source''s own newest todos; with a full-text query, candidates merged by index, first a page and then windows of time sized by the share that matched, whose words are read newest first); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count (issue 26): unfiltered, from counters (users.todos_count, app.visible_project_todos, app.visible_todos_total, app.timeline_todos_between); with since/until, all from sealed hours (app.visible_todos_between), timeline per source, a member''s or project''s list counted; with a full-text query, matches counted up to 100. match_cap (search) limits the whole result to the newest matches. Every part costs the same whatever the number of todos and members: index walks of a page, sums over hours, counts bounded by one member''s, one project''s or the followed sources'' todos, or by the cap.';
+  'One page of todos visible to the viewer, newest first, as JSON text with URL markers concatenated from app.todos_text (issue 27: never parsed into jsonb and printed again, nor checked by a cast to json; the HTTP layer puts the request''s URLs in place of the markers, functions/lib/db.ts, so the database spends nothing on the 30-70 KB of a page once it is concatenated): scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects'': a merge of each source''s own newest todos; with a full-text query, candidates merged by index, first a page and then windows of time sized by the share that matched, whose words are read newest first); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count (issue 26): unfiltered, from counters (users.todos_count, app.visible_project_todos, app.visible_todos_total, app.timeline_todos_between); with since/until, all from sealed hours (app.visible_todos_between), timeline per source, a member''s or project''s list counted; with a full-text query, matches counted up to 100. match_cap (search) limits the whole result to the newest matches. Static statements, planned once per session, but for a full-text query over everyone''s, a member''s or a project''s todos (EXECUTE, planned with the words in hand). Every part costs the same whatever the number of todos and members: index walks of a page, sums over hours, counts bounded by one member''s, one project''s or the followed sources'' todos, or by the cap.';
 grant execute on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) to authenticated;
 
 create function app.comments_text(ids uuid[])
