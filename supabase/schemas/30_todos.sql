@@ -85,7 +85,7 @@ create table app.todo_totals (
   constraint todo_totals_pkey primary key (privacy, shard)
 );
 comment on table app.todo_totals is
-  'How many todos members of each privacy have, in 16 shards by author (app.todo_total_shard). Kept by the todos count trigger and the privacy propagation trigger; read by app.visible_todos_total. Members have no access. No check that todos >= 0: when one statement both changes a member''s privacy and posts for them, the two triggers may pass through -1 before agreeing. No policy and no grant: members never touch this table; security definer functions do.';
+  'How many todos members of each privacy have, in 16 shards by author (app.todo_total_shard). Kept by the todos count trigger and the privacy propagation trigger; read by app.visible_todos_total and app.public_todos_between (a range that holds every public todo). Members have no access. No check that todos >= 0: when one statement both changes a member''s privacy and posts for them, the two triggers may pass through -1 before agreeing. No policy and no grant: members never touch this table; security definer functions do.';
 
 -- A Project's todos_count (issue 28): the project's todos the viewer may see, from counters.
 -- Kept per author, not per privacy: who may see a todo depends on its author (public, the
@@ -474,7 +474,8 @@ language plpgsql
 stable
 security definer
 set search_path = ''
--- Planned once per session: a custom plan cost 1.3-1.6 ms of planning on every call (issue 27).
+-- Planned once per session, as under its caller app.todo_page, whose setting it inherits: called
+-- alone, each custom plan cost 1.3-1.6 ms of planning (issue 27).
 set plan_cache_mode = force_generic_plan
 as $$
 declare

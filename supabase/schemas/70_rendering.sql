@@ -1293,10 +1293,12 @@ begin
       total := app.visible_todos_between(lo, hi);
     elsif scope = 'timeline' then
       total := app.timeline_todos_between(lo, hi);
+    elsif scope = 'user' then
+      -- A member's or a project's todos: counted (under the todos policy, as the viewer),
+      -- bounded by that member's or project's own.
+      total := (select count(*) from app.todos t where t.user_id = scope_id and t.created_at >= lo and t.created_at < hi);
     else
-      -- A member's or a project's todos: counted, bounded by that member's or project's own.
-      execute format('select count(*) from app.todos t where %s', list_conditions)
-        into total using scope_id, since_at, until_at, matching, anchor.created_at, anchor.id, viewer_id;
+      total := (select count(*) from app.todos t where t.project_id = scope_id and t.created_at >= lo and t.created_at < hi);
     end if;
   end if;
 
@@ -1310,7 +1312,7 @@ begin
 end;
 $$;
 comment on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) is
-  'One page of todos visible to the viewer, newest first, as JSON text with URL markers concatenated from app.todos_text (issue 27: never parsed into jsonb and printed again, nor checked by a cast to json; the HTTP layer puts the request''s URLs in place of the markers, functions/lib/db.ts, so the database spends nothing on the 30-70 KB of a page once it is concatenated): scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects'': a merge of each source''s own newest todos; with a full-text query, candidates merged by index, first a page and then windows of time sized by the share that matched, whose words are read newest first); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count (issue 26): unfiltered, from counters (users.todos_count, app.visible_project_todos, app.visible_todos_total, app.timeline_todos_between); with since/until, all from sealed hours (app.visible_todos_between), timeline per source, a member''s or project''s list counted; with a full-text query, matches counted up to 100. match_cap (search) limits the whole result to the newest matches. Static statements, planned once per session, but for a full-text query over everyone''s, a member''s or a project''s todos (EXECUTE, planned with the words in hand). Every part costs the same whatever the number of todos and members: index walks of a page, sums over hours, counts bounded by one member''s, one project''s or the followed sources'' todos, or by the cap.';
+  'One page of todos visible to the viewer, newest first, as JSON text with URL markers concatenated from app.todos_text (issue 27: never parsed into jsonb and printed again, nor checked by a cast to json; the HTTP layer puts the request''s URLs in place of the markers, functions/lib/db.ts, so the database spends nothing on the 30-70 KB of a page once it is concatenated): scope all, user (scope_id = creator), project (scope_id = project) or timeline (own, followed members'', followed projects'': a merge of each source''s own newest todos; with a full-text query, candidates merged by index, first a page and then windows of time sized by the share that matched, whose words are read newest first); muted members are left out of all and timeline; filters {since, until, query}; keyset on (created_at, id) with the last todo''s id as cursor. total_count (issue 26): unfiltered, from counters (users.todos_count, app.visible_project_todos, app.visible_todos_total, app.timeline_todos_between); with since/until, all from sealed hours (app.visible_todos_between), timeline per source, a member''s or project''s list counted; with a full-text query, matches counted up to 100. match_cap (search) limits the whole result to the newest matches. Static statements, planned once per session, but for a full-text query over everyone''s, a member''s or a project''s todos (the page and its count: EXECUTE, planned with the words in hand). Every part costs the same whatever the number of todos and members: index walks of a page, sums over hours, counts bounded by one member''s, one project''s or the followed sources'' todos, or by the cap.';
 grant execute on function app.todo_page(text, uuid, jsonb, integer, text, boolean, integer) to authenticated;
 
 create function app.comments_text(ids uuid[])
