@@ -1076,7 +1076,37 @@ begin
     end if;
     page := candidates[1:page_limit + 1];
   else
-    if scope = 'timeline' then
+    if scope = 'timeline' and since_at is null and until_at is null and matching is null then
+      -- The timeline without filters, the most asked: the first read below without its bounds,
+      -- in a statement of its own (through the general one, ten alternated API runs gave 0-12%
+      -- fewer pages a second, median 5%, with the same backend CPU per call: kept apart until
+      -- that is understood, issue 27). The same sources, conditions and limits.
+      after_at := coalesce(anchor.created_at, 'infinity');
+      after_id := coalesce(anchor.id, 'ffffffff-ffff-ffff-ffff-ffffffffffff');
+      page := array(
+        select s.id from (
+          select t.id, t.created_at
+          from (select viewer_id as member_id union select f.followee_id from app.user_follows f where f.follower_id = viewer_id) m
+          cross join lateral (
+            select t.id, t.created_at from app.todos t
+            where t.user_id = m.member_id
+              and not exists (select 1 from app.mutes mu where mu.user_id = viewer_id and mu.muted_user_id = t.user_id)
+              and (t.created_at, t.id) < (after_at, after_id)
+            order by t.created_at desc, t.id desc limit page_limit + 1) t
+          union all
+          select t.id, t.created_at
+          from app.project_follows pf
+          cross join lateral (
+            select t.id, t.created_at from app.todos t
+            where t.project_id = pf.project_id
+              and not exists (select 1 from app.mutes mu where mu.user_id = viewer_id and mu.muted_user_id = t.user_id)
+              and (t.created_at, t.id) < (after_at, after_id)
+              and t.user_id <> viewer_id
+              and t.user_id not in (select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
+            order by t.created_at desc, t.id desc limit page_limit + 1) t
+          where pf.user_id = viewer_id) s
+        order by s.created_at desc, s.id desc limit page_limit + 1);
+    elsif scope = 'timeline' then
       -- The timeline: a merge of the sources' own newest todos (the viewer's, each followed
       -- member's, each followed project's), never a walk over everyone's todos until enough are
       -- the followed ones' (issue 26). Static statements, planned once per session (each
