@@ -1045,7 +1045,9 @@ begin
     end if;
   end if;
 
-  -- Only the conditions in use are in the statement, so each combination gets its own plan.
+  -- The statements still built with EXECUTE (a full-text query over everyone's, a member's or a
+  -- project's todos; search): only the conditions in use are in them, so each combination gets
+  -- its own plan, made with the words in hand.
   if scope = 'user' then conditions := conditions || 't.user_id = $1'::text; end if;
   if scope = 'project' then conditions := conditions || 't.project_id = $1'::text; end if;
   -- Muted members leave the feeds (a member's own page and search still show them).
@@ -1191,7 +1193,10 @@ begin
                 where t.user_id = m.member_id
                   and not exists (select 1 from app.mutes mu where mu.user_id = viewer_id and mu.muted_user_id = t.user_id)
                   and (t.created_at, t.id) < (after_at, after_id)
-                  and t.created_at >= greatest(lo, window_start)) t
+                  and t.created_at >= greatest(lo, window_start)
+                -- No limit in effect: it keeps each source a scan of its own, which the planner
+                -- could otherwise flatten into a join over a range of everyone's todos.
+                order by t.created_at desc, t.id desc limit 2147483647) t
               union all
               select t.id, t.created_at, t.search
               from app.project_follows pf
@@ -1202,7 +1207,8 @@ begin
                   and (t.created_at, t.id) < (after_at, after_id)
                   and t.created_at >= greatest(lo, window_start)
                   and t.user_id <> viewer_id
-                  and t.user_id not in (select f.followee_id from app.user_follows f where f.follower_id = viewer_id)) t
+                  and t.user_id not in (select f.followee_id from app.user_follows f where f.follower_id = viewer_id)
+                order by t.created_at desc, t.id desc limit 2147483647) t
               where pf.user_id = viewer_id) s;
           page := page || candidates[1:page_limit + 1 - cardinality(page)];
         end if;
@@ -1225,6 +1231,11 @@ begin
           span * 4,
           (first_at - after_at) / read_count * 2 * (page_limit + 1 - cardinality(page)) * (read_count + 1) / (cardinality(page) + 1));
         window_start := case when span < after_at - timestamptz '1970-01-01 00:00:00+00' then after_at - span end;
+        -- A window that reaches since is the last read (the rest of the range, from since): later
+        -- windows would read nothing, each a statement over every source.
+        if window_start <= lo then
+          window_start := null;
+        end if;
       end loop;
     elsif matching is null then
       -- The lists without a full-text query, the most asked: static statements, planned once
