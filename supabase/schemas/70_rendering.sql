@@ -1047,26 +1047,28 @@ begin
 
   -- The statements still built with EXECUTE (a full-text query over everyone's, a member's or a
   -- project's todos; search): only the conditions in use are in them, so each combination gets
-  -- its own plan, made with the words in hand.
-  if scope = 'user' then conditions := conditions || 't.user_id = $1'::text; end if;
-  if scope = 'project' then conditions := conditions || 't.project_id = $1'::text; end if;
-  -- Muted members leave the feeds (a member's own page and search still show them).
-  if scope in ('all', 'timeline') then
-    conditions := conditions || 'not exists (select 1 from app.mutes m where m.user_id = $7 and m.muted_user_id = t.user_id)'::text;
+  -- its own plan, made with the words in hand. Built only for them: the static statements need
+  -- none of it.
+  if match_cap is not null or (matching is not null and scope <> 'timeline') then
+    if scope = 'user' then conditions := conditions || 't.user_id = $1'::text; end if;
+    if scope = 'project' then conditions := conditions || 't.project_id = $1'::text; end if;
+    -- Muted members leave the feeds (a member's own page and search still show them).
+    if scope in ('all', 'timeline') then
+      conditions := conditions || 'not exists (select 1 from app.mutes m where m.user_id = $7 and m.muted_user_id = t.user_id)'::text;
+    end if;
+    if since_at is not null then conditions := conditions || 't.created_at >= $2'::text; end if;
+    if until_at is not null then
+      conditions := conditions || (case when until_exclusive then 't.created_at < $3' else 't.created_at <= $3' end);
+    end if;
+    if matching is not null then conditions := conditions || 't.search @@ $4'::text; end if;
+    page_conditions := array_to_string(conditions || case when anchor.id is not null then '(t.created_at, t.id) < ($5, $6)' end, ' and ');
+    list_conditions := array_to_string(conditions, ' and ');
   end if;
-  if since_at is not null then conditions := conditions || 't.created_at >= $2'::text; end if;
-  if until_at is not null then
-    conditions := conditions || (case when until_exclusive then 't.created_at < $3' else 't.created_at <= $3' end);
-  end if;
-  if matching is not null then conditions := conditions || 't.search @@ $4'::text; end if;
-
-  page_conditions := array_to_string(conditions || case when anchor.id is not null then '(t.created_at, t.id) < ($5, $6)' end, ' and ');
-  list_conditions := array_to_string(conditions, ' and ');
 
   if match_cap is not null then
     -- Search: the newest `match_cap` matches are the whole result; pages are cut from them.
     execute format('select array(select t.id from app.todos t where %s order by t.created_at desc, t.id desc limit %s)',
-                   array_to_string(conditions, ' and '), match_cap)
+                   list_conditions, match_cap)
       into candidates using scope_id, since_at, until_at, matching, anchor.created_at, anchor.id, viewer_id;
     total := cardinality(candidates);
     if anchor.id is not null then
@@ -1078,13 +1080,20 @@ begin
     end if;
     page := candidates[1:page_limit + 1];
   else
+    -- The static statements' keyset bound: the cursor, or past every todo (so one statement
+    -- serves every page), with until folded into it: one upper bound is where a backward index
+    -- scan starts (with two, a row and a scalar, it started at the newest and filtered).
+    after_at := coalesce(anchor.created_at, 'infinity');
+    after_id := coalesce(anchor.id, 'ffffffff-ffff-ffff-ffff-ffffffffffff');
+    if until_at is not null and (hi, '00000000-0000-0000-0000-000000000000'::uuid) < (after_at, after_id) then
+      after_at := hi;
+      after_id := '00000000-0000-0000-0000-000000000000';
+    end if;
     if scope = 'timeline' and since_at is null and until_at is null and matching is null then
       -- The timeline without filters, the most asked: the first read below without its bounds,
       -- in a statement of its own (through the general one, ten alternated API runs gave 0-12%
       -- fewer pages a second, median 5%, with the same backend CPU per call: kept apart until
       -- that is understood, issue 27). The same sources, conditions and limits.
-      after_at := coalesce(anchor.created_at, 'infinity');
-      after_id := coalesce(anchor.id, 'ffffffff-ffff-ffff-ffff-ffffffffffff');
       page := array(
         select s.id from (
           select t.id, t.created_at
@@ -1113,9 +1122,7 @@ begin
       -- member's, each followed project's), never a walk over everyone's todos until enough are
       -- the followed ones' (issue 26). Static statements, planned once per session (each
       -- EXECUTE of the merge was planned again: 0.4 ms a plan, issue 27). since is a lower bound
-      -- of the sources' index scans; until is folded into the cursor's bound: one upper bound
-      -- is where a backward index scan starts (with two, a row and a scalar, it started at the
-      -- newest and filtered).
+      -- of the sources' index scans, until is in the keyset bound.
       --
       -- With a full-text query: a todo's words are not in the sources' indexes, so a merge of
       -- sources that each read their own todos until a page matches reads every followed todo
@@ -1132,12 +1139,6 @@ begin
       -- So a page reads about twice a page / the share of todos that match, whatever the
       -- sources hold, in a few statements; a rare word reads what the followed sources hold.
       page := '{}';
-      after_at := coalesce(anchor.created_at, 'infinity');
-      after_id := coalesce(anchor.id, 'ffffffff-ffff-ffff-ffff-ffffffffffff');
-      if until_at is not null and (hi, '00000000-0000-0000-0000-000000000000'::uuid) < (after_at, after_id) then
-        after_at := hi;
-        after_id := '00000000-0000-0000-0000-000000000000';
-      end if;
       loop
         if span is null then
           candidates := array(
@@ -1240,17 +1241,9 @@ begin
     elsif matching is null then
       -- The lists without a full-text query, the most asked: static statements, planned once
       -- per session (a dynamic one is planned on every call: 0.16 ms of a 1.6 ms page of all
-      -- todos, issue 27). Without a cursor the bound lies past every todo, so one statement
-      -- serves every page; since and until are bounds of the same index scan, open (infinity)
-      -- when not asked; a generic plan never asks the index for its newest entry either (issue
-      -- 26's 3.5 ms of planning after a burst of deletions).
-      after_at := coalesce(anchor.created_at, 'infinity');
-      after_id := coalesce(anchor.id, 'ffffffff-ffff-ffff-ffff-ffffffffffff');
-      -- until folded into the cursor's bound, as in the timeline's statement above.
-      if until_at is not null and (hi, '00000000-0000-0000-0000-000000000000'::uuid) < (after_at, after_id) then
-        after_at := hi;
-        after_id := '00000000-0000-0000-0000-000000000000';
-      end if;
+      -- todos, issue 27). since is a lower bound of the index scan, until is in the keyset bound;
+      -- a generic plan never asks the index for its newest entry either (issue 26's 3.5 ms of
+      -- planning after a burst of deletions).
       if scope = 'all' then
         page := array(
           select t.id from app.todos t
